@@ -1,0 +1,44 @@
+# Quick start: `make demo` (set up + main job), `make test` (set up + test suite).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SYSTEM_LIBS := libegl1 libegl-mesa0 libgl1-mesa-dri libgles2
+
+.PHONY: setup demo demo-quick test test-slow lint bench clean
+
+$(STAMP): pyproject.toml
+	@if command -v apt-get >/dev/null && ! dpkg -s $(SYSTEM_LIBS) >/dev/null 2>&1; then \
+	  echo "installing offscreen-rendering libraries: $(SYSTEM_LIBS)"; \
+	  if [ "$$(id -u)" = 0 ]; then apt-get install -y -q $(SYSTEM_LIBS) >/dev/null || (apt-get update -q && apt-get install -y -q $(SYSTEM_LIBS)); \
+	  else sudo apt-get install -y -q $(SYSTEM_LIBS); fi; fi
+	test -d $(VENV) || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	# torch first and pinned: the CPU build; an unpinned torch would pull a multi-GB CUDA build.
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+demo: setup
+	$(BIN)/reflexlab demo
+
+demo-quick: setup
+	$(BIN)/reflexlab demo --quick --run-dir runs/demo-quick
+
+test: setup
+	$(BIN)/ruff check .
+	$(BIN)/pytest -n 2 -q
+
+test-slow: setup
+	$(BIN)/pytest -q -m slow
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: setup
+	$(BIN)/reflexlab bench sim
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

@@ -1,0 +1,1 @@
+"""Calibration: intrinsics, hand-eye, timing and latency, actuator system identification."""

@@ -1,0 +1,1 @@
+"""Learning: PPO (rsl-rl), evaluation, checkpoints. Never talks to hardware or ROS."""

@@ -1,0 +1,1 @@
+"""Simulation: tasks (one folder per robot), backends, and the rsl-rl VecEnv adapter."""

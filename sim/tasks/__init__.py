@@ -1,0 +1,3 @@
+"""Built-in tasks; importing this package registers them."""
+
+from sim.tasks import quadruped  # noqa: F401

@@ -1,0 +1,1 @@
+"""Input devices and intervention arbitration (who commands the robot at each step)."""

@@ -1,0 +1,23 @@
+"""Shared fixtures: one tiny trained run per test worker, reused by play/export/resume tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+def tiny_train(run_dir: Path, iterations: int = 3, num_envs: int = 16, save_interval: int = 1) -> Path:
+    """A real (short) PPO run through the CLI entry point."""
+    from reflexlab.cli import train
+
+    train(run_dir=run_dir, num_envs=num_envs, iterations=iterations, save_interval=save_interval, threads=1)
+    return run_dir
+
+
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tiny_train(tmp_path_factory.mktemp("run") / "quadruped")

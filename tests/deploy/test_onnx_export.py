@@ -1,0 +1,72 @@
+import json
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from deploy.onnx_export import export_checkpoint, read_metadata, spec_of
+from policies.checkpoint import file_sha256
+from reflexlab.cli import main
+from sim.registry import get_task
+
+
+@pytest.fixture(scope="module")
+def exported(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("onnx") / "policy.onnx"
+    return out, export_checkpoint(trained_run, out, num_obs=1000)
+
+
+def test_parity_with_torch(exported) -> None:
+    _, result = exported
+    assert result["num_obs"] == 1000
+    assert result["max_abs_error"] <= 1e-5
+
+
+def test_single_self_contained_file_with_dynamic_batch(exported) -> None:
+    path, _ = exported
+    assert [p.name for p in path.parent.iterdir()] == ["policy.onnx"], "external data file written"
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    spec = spec_of(path)
+    for batch in (1, 7, 64):
+        out = sess.run(["action"], {"obs": np.zeros((batch, spec.policy_obs.size), np.float32)})[0]
+        assert out.shape == (batch, spec.action.size)
+
+
+def test_metadata_carries_spec_and_hash(exported, trained_run: Path) -> None:
+    path, result = exported
+    meta = read_metadata(path)
+    get_task("quadruped-walk").spec().check_compatible(spec_of(path))
+    assert meta["checkpoint_sha256"] == file_sha256(Path(result["checkpoint"]))
+    assert meta["inputs"]["obs"][0] == "batch"
+
+
+def test_normalisation_is_baked_in(exported) -> None:
+    """The model reads physical units: scaling joint velocity by the Spec's 0.05 is inside it."""
+    path, _ = exported
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    spec = spec_of(path)
+    sl = spec.policy_obs.slices()["joint_vel"]
+    a = np.zeros((1, spec.policy_obs.size), np.float32)
+    b = a.copy()
+    b[0, sl] = 20.0  # rad/s: must change the action noticeably only if scaled as the Spec says
+    da = sess.run(["action"], {"obs": a})[0]
+    db = sess.run(["action"], {"obs": b})[0]
+    assert np.isfinite(db).all() and not np.allclose(da, db)
+
+
+def test_inspect_prints_the_spec(exported, capsys) -> None:
+    path, _ = exported
+    main(["inspect", str(path)])
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["spec"]["task"] == "quadruped-walk"
+    assert shown["spec"]["action"]["names"][0] == "FR_hip_joint"
+
+
+def test_inspect_rejects_non_models(tmp_path: Path, capsys) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(b"not an onnx file")
+    with pytest.raises(SystemExit) as e:
+        main(["inspect", str(junk)])
+    assert e.value.code == 2
+    assert "junk.onnx" in capsys.readouterr().err
