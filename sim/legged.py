@@ -25,6 +25,7 @@ class LeggedState:
     joint_torque: torch.Tensor  # (N, J) N m, applied by the actuators
     foot_force: torch.Tensor  # (N, F) normal contact force, N
     foot_vel: torch.Tensor  # (N, F, 3) world
+    foot_height: torch.Tensor  # (N, F) height of the foot sole above the ground, m
     fall_contact: torch.Tensor  # (N,) bool: a body part that must not touch the ground does
     friction: torch.Tensor  # (N,) ground friction coefficient
     added_mass: torch.Tensor  # (N,) kg

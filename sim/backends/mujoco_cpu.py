@@ -82,6 +82,7 @@ class MujocoVecEnv(VecEnv):
         self._touch = np.array([m.sensor_adr[m.sensor(n).id] for n in c.FOOT_TOUCH_SENSORS])
         self._fall = np.array([m.sensor_adr[m.sensor(n).id] for n in c.FALL_TOUCH_SENSORS])
         self._footvel = np.array([m.sensor_adr[m.sensor(n).id] + np.arange(3) for n in c.FOOT_VEL_SENSORS])
+        self._footz = np.array([m.sensor_adr[m.sensor(n).id] + 2 for n in c.FOOT_POS_SENSORS])
         self._base = m.body(c.BASE_BODY).id
         self.qpos = self.batch.bind("qpos")
         self.qvel = self.batch.bind("qvel")
@@ -141,6 +142,7 @@ class MujocoVecEnv(VecEnv):
             joint_torque=torch.from_numpy(self.actuator_force.copy()).float(),
             foot_force=torch.from_numpy(sens[:, self._touch]).float(),
             foot_vel=torch.from_numpy(sens[:, self._footvel]).float(),
+            foot_height=torch.from_numpy(sens[:, self._footz]).float() - self.c.FOOT_RADIUS,
             fall_contact=torch.from_numpy(sens[:, self._fall].sum(-1) > 0.0),
             friction=self.physics.friction,
             added_mass=self.physics.added_mass,

@@ -65,7 +65,7 @@ def test_group_slices_cover_the_vector() -> None:
     g = quadruped_spec().policy_obs
     sl = g.slices()
     assert sl["base_ang_vel"] == slice(0, 3)
-    assert sl["last_action"].stop == g.size == 45
+    assert sl["last_action"].stop == g.size == 47
     assert len(g.scales()) == g.size
 
 

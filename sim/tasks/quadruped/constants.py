@@ -17,6 +17,10 @@ JOINT_NAMES = tuple(f"{leg}_{part}_joint" for leg in LEGS for part in ("hip", "t
 FOOT_SITES = tuple(f"{leg}_foot" for leg in LEGS)
 FOOT_TOUCH_SENSORS = tuple(f"{leg}_touch" for leg in LEGS)
 FOOT_VEL_SENSORS = tuple(f"{leg}_vel" for leg in LEGS)
+FOOT_POS_SENSORS = tuple(f"{leg}_pos" for leg in LEGS)
+FOOT_RADIUS = 0.022
+# Trot: diagonal pairs (FR+RL, FL+RR) half a cycle apart; phase offset per foot in LEGS order.
+TROT_OFFSETS = (0.0, 0.5, 0.5, 0.0)
 BASE_BODY = "base"
 # Touch sensors whose contact with the ground counts as a fall (the torso zone covers body and head).
 FALL_TOUCH_SENSORS = ("torso_touch",)
