@@ -23,7 +23,7 @@ import torch
 from rsl_rl.runners import OnPolicyRunner
 from tqdm import tqdm
 
-from policies.checkpoint import latest_checkpoint, save_checkpoint
+from policies.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from sim.backends.mujoco_cpu import NonFiniteError
 
 
@@ -122,8 +122,6 @@ def train(
         ckpt = latest_checkpoint(run_dir)
         if ckpt is None:
             raise TrainingStopped(f"--resume: no checkpoint in {run_dir}")
-        from policies.checkpoint import load_checkpoint
-
         loaded = load_checkpoint(ckpt, expect_spec=env.spec)
         runner.alg.load(loaded, None, True)
         start_it = int(loaded["iter"]) + 1

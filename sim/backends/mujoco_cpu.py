@@ -20,7 +20,6 @@ from tensordict import TensorDict
 
 from sim.legged import LeggedState, quat_rotate_inverse
 from sim.registry import TaskEntry, get_task
-from sim.tasks.quadruped.randomize import push_velocities, sample_physics
 
 
 class NonFiniteError(RuntimeError):
@@ -93,7 +92,7 @@ class MujocoVecEnv(VecEnv):
         self._default_t = torch.tensor(c.DEFAULT_JOINT_POS)
 
         rcfg = self.cfg.randomization
-        self.physics = sample_physics(rcfg, num_envs, self.gen, nominal_friction=float(m.geom_friction[0, 0]))
+        self.physics = self.task.sample_physics(nominal_friction=float(m.geom_friction[0, 0]))
         self._apply_physics_sample()
         self._push_interval = max(1, round(rcfg.push_interval_s / c.CONTROL_DT))
         self._episode_sums: dict[str, torch.Tensor] = {}
@@ -232,7 +231,7 @@ class MujocoVecEnv(VecEnv):
         rcfg = self.cfg.randomization
         if not rcfg.pushes or self.common_step_counter % self._push_interval != 0:
             return
-        self.qvel[:, :2] += push_velocities(rcfg, self.num_envs, self.gen).numpy()
+        self.qvel[:, :2] += self.task.push_velocities().numpy()
 
     # --- evaluation helpers ---------------------------------------------------------------------
     def render(self, renderer: mujoco.Renderer, env_id: int = 0, camera: str = "track") -> np.ndarray:

@@ -15,7 +15,7 @@ import torch
 from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
 from sim.legged import LeggedState
 from sim.tasks.quadruped import constants as C
-from sim.tasks.quadruped.randomize import RandomizationConfig
+from sim.tasks.quadruped.randomize import PhysicsSample, RandomizationConfig, push_velocities, sample_physics
 
 TASK_NAME = "quadruped-walk"
 
@@ -198,6 +198,13 @@ class QuadrupedWalk:
     def end_step(self, state: LeggedState, action: torch.Tensor) -> None:
         self.last_action = action.clone()
         self.last_joint_vel = state.joint_vel.clone()
+
+    # --- randomisation (sampled here, applied by the backend) ----------------------------------
+    def sample_physics(self, nominal_friction: float) -> PhysicsSample:
+        return sample_physics(self.cfg.randomization, self.num_envs, self.gen, nominal_friction)
+
+    def push_velocities(self) -> torch.Tensor:
+        return push_velocities(self.cfg.randomization, self.num_envs, self.gen)
 
     # --- observations ---------------------------------------------------------------------------
     def observe(self, state: LeggedState, noise: bool) -> dict[str, torch.Tensor]:
