@@ -186,7 +186,8 @@ def command_grid(cfg: Any, n: int = 5) -> torch.Tensor:
             for x in vx:
                 cmd = [x.item(), 0.0, 0.0]
                 cmd[idx] = v.item()
-                rows.append(cmd)
+                if cmd not in rows:  # vy = 0 and yaw = 0 share one row of the grid
+                    rows.append(cmd)
     if not rows:
         rows = [[x.item(), 0.0, 0.0] for x in vx]
     return torch.tensor(rows)
