@@ -72,3 +72,22 @@ def test_group_slices_cover_the_vector() -> None:
 def test_not_a_spec() -> None:
     with pytest.raises(ValueError, match="not a valid reflexlab Spec"):
         Spec.from_dict({"robot": "x"})
+
+
+def test_console_script_runs_outside_the_checkout(tmp_path) -> None:
+    """The installed `reflexlab` entry point must import its packages from anywhere, not via the cwd."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    exe = Path(sys.executable).parent / "reflexlab"
+    out = subprocess.run([str(exe), "inspect", "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    out = subprocess.run(
+        [sys.executable, "-c", "import deploy.onnx_export, reflexlab; print(reflexlab.__version__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "0.1.0", out.stderr
