@@ -112,9 +112,16 @@ def verify(policy: LoadedPolicy, onnx_path: Path, observations: np.ndarray) -> f
     return float(np.max(np.abs(got - expected)))
 
 
-def export_checkpoint(run_or_ckpt: Path, out: Path, num_obs: int = 1000, tolerance: float = 1e-5) -> dict[str, Any]:
-    """Export the latest checkpoint of a run and verify parity; raise if beyond ``tolerance``."""
-    policy = load_policy(run_or_ckpt)
+def export_checkpoint(
+    run_or_ckpt: Path, out: Path, num_obs: int = 1000, tolerance: float = 1e-5, task: str | None = None
+) -> dict[str, Any]:
+    """Export the latest checkpoint of a run and verify parity; raise if beyond ``tolerance``.
+
+    With ``task``, a checkpoint whose Spec differs from that task's is refused before exporting.
+    """
+    from sim.registry import get_task
+
+    policy = load_policy(run_or_ckpt, expect_spec=get_task(task).spec() if task else None)
     sha = file_sha256(policy.path)
     export_policy(policy, out, sha)
     observations = record_observations(policy, num_obs)

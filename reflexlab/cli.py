@@ -81,6 +81,7 @@ def play(
     command: tuple[float, float, float] | None = None,
     command_map: bool = False,
     seed: int = 1000,
+    task: str | None = None,
 ) -> None:
     """Evaluate a checkpoint deterministically on seeded episodes; print and write a JSON report.
 
@@ -93,6 +94,7 @@ def play(
         command: fixed (vx, vy, yaw_rate) for every episode; the profile's evaluation command otherwise.
         command_map: also evaluate a grid of commands and plot the per-command error map.
         seed: evaluation seed (distinct from training seeds).
+        task: refuse the checkpoint unless its Spec matches this task's (names the differing field).
     """
     from policies.evaluate import evaluate_run
 
@@ -105,6 +107,7 @@ def play(
         command=command,
         command_map=command_map,
         seed=seed,
+        task=task,
     )
     print(json.dumps(result["summary"]))
 
@@ -113,6 +116,7 @@ def export(
     run_dir: Path = Path("runs/quadruped-walk"),
     out: Path = Path("policy.onnx"),
     num_obs: int = 1000,
+    task: str | None = None,
 ) -> None:
     """Export a checkpoint to ONE self-contained ONNX file (Spec in metadata) and verify it against torch.
 
@@ -120,10 +124,11 @@ def export(
         run_dir: a run folder (its latest checkpoint) or a checkpoint file.
         out: output .onnx path.
         num_obs: recorded observations used to check onnxruntime against torch.
+        task: refuse the checkpoint unless its Spec matches this task's (names the differing field).
     """
     from deploy.onnx_export import export_checkpoint
 
-    result = export_checkpoint(run_dir, out, num_obs=num_obs)
+    result = export_checkpoint(run_dir, out, num_obs=num_obs, task=task)
     print(f"wrote {out} (checkpoint sha256 {result['checkpoint_sha256'][:12]}…)")
     print(
         f"onnxruntime vs torch on {result['num_obs']} recorded observations: "

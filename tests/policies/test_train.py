@@ -120,7 +120,7 @@ def test_corrupt_checkpoint_is_reported_not_a_traceback(trained_run: Path, tmp_p
     assert "model_9.pt is corrupt or truncated" in err and "Traceback" not in err
 
 
-def test_checkpoint_of_another_task_is_refused_naming_the_field(trained_run: Path, tmp_path: Path) -> None:
+def test_checkpoint_of_another_task_is_refused_naming_the_field(trained_run: Path, tmp_path: Path, capsys) -> None:
     state = torch.load(trained_run / "model_2.pt", weights_only=False)
     spec = state["infos"]["spec"]
     spec["robot"] = "other-dog"
@@ -131,6 +131,12 @@ def test_checkpoint_of_another_task_is_refused_naming_the_field(trained_run: Pat
         load_checkpoint(other, expect_spec=ENTRY.spec())
     assert e.value.field == "action.names"
     assert Spec.from_dict(spec).robot == "other-dog"
+    for cmd in (["export", "--out", str(tmp_path / "x.onnx")], ["play", "--episodes", "1"]):
+        with pytest.raises(SystemExit) as ex:
+            main([*cmd, "--run-dir", str(other), "--task", "quadruped-walk"])
+        assert ex.value.code == 2
+        assert "field 'action.names'" in capsys.readouterr().err
+    assert not (tmp_path / "x.onnx").exists()
 
 
 def test_resume_refuses_a_run_of_another_task(trained_run: Path, capsys) -> None:
