@@ -134,18 +134,19 @@ def train(
     obs = env.get_observations()
     last_ckpt = latest_checkpoint(run_dir)
     t0 = time.monotonic()
+    # With a wall-clock budget the bar counts seconds (the iteration count is then only a cap).
+    timed = time_budget_s is not None
     bar = tqdm(
-        range(start_it, iterations),
-        initial=start_it,
-        total=iterations,
+        initial=0 if timed else start_it,
+        total=round(time_budget_s) if timed else iterations,
         disable=not progress,
-        unit="it",
+        unit="s" if timed else "it",
         dynamic_ncols=True,
         desc="PPO",
     )
     it = start_it - 1
     try:
-        for it in bar:
+        for it in range(start_it, iterations):
             tic = time.monotonic()
             with torch.inference_mode():
                 for _ in range(cfg["num_steps_per_env"]):
@@ -177,8 +178,14 @@ def train(
             ep_len = sum(logger.lenbuffer) / len(logger.lenbuffer) if logger.lenbuffer else float("nan")
             fps = cfg["num_steps_per_env"] * env.num_envs / (collect + learn)
             bar.set_postfix(
-                reward=f"{rew:.2f}", ep_len=f"{ep_len:.0f}", fps=f"{fps:.0f}", lr=f"{alg.learning_rate:.1e}"
+                it=it,
+                reward=f"{rew:.2f}",
+                ep_len=f"{ep_len:.0f}",
+                fps=f"{fps:.0f}",
+                lr=f"{alg.learning_rate:.1e}",
+                refresh=False,
             )
+            bar.update(min(round(time.monotonic() - t0), bar.total) - bar.n if timed else 1)
             last = it + 1 == iterations
             out_of_time = time_budget_s is not None and time.monotonic() - t0 >= time_budget_s
             if last or out_of_time or it % cfg["save_interval"] == 0:
