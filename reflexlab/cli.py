@@ -176,6 +176,7 @@ def demo(
     quick: bool = False,
     minutes: float = 10.0,
     num_envs: int = 256,
+    profile: str = "fast",
 ) -> None:
     """The main job: train quadruped-walk headless, evaluate it, export ONNX, print a summary.
 
@@ -184,6 +185,7 @@ def demo(
         quick: a CI-sized budget (about a minute of training); the result will not walk well.
         minutes: training budget in wall-clock minutes for the full run.
         num_envs: parallel robots.
+        profile: task profile; `--profile full --minutes 30` is the omnidirectional, randomised run.
     """
     import time
 
@@ -192,18 +194,22 @@ def demo(
 
     t0 = time.monotonic()
     if quick:
-        train(run_dir=run_dir, num_envs=64, iterations=10, profile="fast")
+        train(run_dir=run_dir, num_envs=64, iterations=10, profile=profile)
     else:
-        train(run_dir=run_dir, num_envs=num_envs, iterations=100_000, profile="fast", time_budget_s=minutes * 60)
+        train(run_dir=run_dir, num_envs=num_envs, iterations=100_000, profile=profile, time_budget_s=minutes * 60)
     ev = evaluate_run(
-        run_dir, episodes=8 if quick else 32, episode_s=5.0 if quick else None, video=run_dir / "rollout.mp4"
+        run_dir,
+        episodes=8 if quick else 32,
+        episode_s=5.0 if quick else None,
+        video=run_dir / "rollout.mp4",
+        command_map=profile != "fast" and not quick,
     )
     onnx_path = run_dir / "policy.onnx"
     ex = export_checkpoint(run_dir, onnx_path, num_obs=200 if quick else 1000)
     s = ev["summary"]
     lines = [
         ("task / profile", f"{s['task']} / {s['profile']} (iteration {s['iteration']})"),
-        ("episodes", f"{s['episodes']} × {s['episode_s']:.0f} s, command {ev['per_episode']['command'][0]}"),
+        ("episodes", f"{s['episodes']} × {s['episode_s']:.0f} s, {_describe_commands(ev['per_episode']['command'])}"),
         ("no-fall rate", f"{s['no_fall_rate']:.1%}"),
         ("velocity tracking error", f"{s['lin_vel_error_m_s']:.3f} m/s (yaw {s['yaw_rate_error_rad_s']:.3f} rad/s)"),
         ("distance walked", f"{s['distance_m']:.2f} m per episode"),
@@ -215,6 +221,13 @@ def demo(
     from reflexlab.bench import print_table
 
     print_table("reflexlab demo — summary", [(k, v) for k, v in lines], ("", ""))
+
+
+def _describe_commands(commands: list[list[float]]) -> str:
+    if all(c == commands[0] for c in commands):
+        vx, vy, yaw = commands[0]
+        return f"command vx={vx:g} m/s, vy={vy:g} m/s, yaw rate={yaw:g} rad/s"
+    return f"{len(commands)} commands sampled from the profile's ranges"
 
 
 class UserError(RuntimeError):
