@@ -65,7 +65,7 @@ class WalkConfig:
     rewards: RewardWeights = field(default_factory=RewardWeights)
     randomization: RandomizationConfig = field(default_factory=RandomizationConfig)
     episode_s: float = 20.0
-    tracking_sigma: float = 0.25
+    tracking_sigma: float = 0.15
     air_time_target_s: float = 0.3
     # The gait clock: a trot at gait_hz with feet lifted to swing_height_m; the policy sees the
     # clock (sin, cos), and two reward terms ask the feet to follow it. On the CPU budget this
