@@ -54,7 +54,7 @@ def train(
     if resume and (run_dir / "run.json").exists():
         info = json.loads((run_dir / "run.json").read_text())
         if info["task"] != task:
-            raise _user_error(f"--resume: {run_dir} holds a run of task {info['task']!r}, not {task!r}")
+            raise UserError(f"--resume: {run_dir} holds a run of task {info['task']!r}, not {task!r}")
         profile = profile or info["profile"]
         cfg = update_dataclass(entry.config(profile), info["task_cfg"])
         ppo = update_dataclass(ppo, info["ppo"])
@@ -232,10 +232,6 @@ def _describe_commands(commands: list[list[float]]) -> str:
 
 class UserError(RuntimeError):
     """An error the user can fix; printed without a traceback."""
-
-
-def _user_error(msg: str) -> UserError:
-    return UserError(msg)
 
 
 COMMANDS = {"demo": demo, "train": train, "play": play, "export": export, "inspect": inspect, "bench": bench}

@@ -221,17 +221,19 @@ class MujocoVecEnv(VecEnv):
             for v in self._episode_sums.values():
                 v[done_ids] = 0.0
             self.reset_envs(done_ids)
-        self._maybe_push()
-        if done_ids.numel() or self.cfg.randomization.pushes:
+        pushed = self._maybe_push()
+        if done_ids.numel() or pushed:
             state = self._read_state()
         self._obs = self._observe(state)
         return self._obs.clone(), reward, dones.to(torch.long), extras
 
-    def _maybe_push(self) -> None:
+    def _maybe_push(self) -> bool:
+        """Kick every robot's base at the push interval; True when it did (the state changed)."""
         rcfg = self.cfg.randomization
         if not rcfg.pushes or self.common_step_counter % self._push_interval != 0:
-            return
+            return False
         self.qvel[:, :2] += self.task.push_velocities().numpy()
+        return True
 
     # --- evaluation helpers ---------------------------------------------------------------------
     def render(self, renderer: mujoco.Renderer, env_id: int = 0, camera: str = "track") -> np.ndarray:

@@ -139,12 +139,16 @@ def test_checkpoint_of_another_task_is_refused_naming_the_field(trained_run: Pat
     assert not (tmp_path / "x.onnx").exists()
 
 
-def test_resume_refuses_a_run_of_another_task(trained_run: Path, capsys) -> None:
+def test_resume_refuses_a_run_of_another_task(trained_run: Path, tmp_path: Path, capsys) -> None:
+    run = tmp_path / "other"
+    run.mkdir()
     info = json.loads((trained_run / "run.json").read_text())
-    assert info["task"] == "quadruped-walk"
-    with pytest.raises(SystemExit):
-        main(["train", "--task", "no-such-task", "--run-dir", str(trained_run), "--resume"])
-    assert "known tasks" in capsys.readouterr().err
+    info["task"] = "quadruped-walk-rough"
+    (run / "run.json").write_text(json.dumps(info))
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--task", "quadruped-walk", "--run-dir", str(run), "--resume"])
+    assert e.value.code == 2
+    assert "holds a run of task 'quadruped-walk-rough', not 'quadruped-walk'" in capsys.readouterr().err
 
 
 def test_tiny_train_helper_counts_iterations(tmp_path: Path) -> None:
