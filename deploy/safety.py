@@ -1,0 +1,129 @@
+"""The safety filter: the last code between a policy's output and a robot's joint targets.
+
+Whatever the policy, the network or the state stream does, what leaves this filter is finite,
+inside the joint limits and moves no faster than the allowed rate. When the robot's state is
+stale (older than a few control periods) or the policy's output is unusable (NaN/inf, wrong
+length), the filter holds the last safe command ("hold") or follows the measured position
+("damp": the PD then only damps motion). Every intervention is counted by kind, so a node can
+report them rather than hide them.
+
+Pure numpy and independent of ROS, so the policy node, a real-robot env and tests share it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from reflexlab.spec import Spec
+
+StaleMode = Literal["hold", "damp"]
+
+
+@dataclass(frozen=True)
+class SafetyLimits:
+    """Joint-position target limits (rad) and the largest allowed target speed (rad/s)."""
+
+    names: tuple[str, ...]
+    lower: tuple[float, ...]
+    upper: tuple[float, ...]
+    max_rate: float
+
+    def __post_init__(self) -> None:
+        n = len(self.names)
+        if len(self.lower) != n or len(self.upper) != n:
+            raise ValueError(f"safety limits: {n} joint names but {len(self.lower)}/{len(self.upper)} limits")
+        if any(lo > hi for lo, hi in zip(self.lower, self.upper, strict=True)):
+            raise ValueError("safety limits: a lower limit exceeds its upper limit")
+        if not self.max_rate > 0:
+            raise ValueError(f"safety limits: max_rate must be positive, got {self.max_rate}")
+
+    @classmethod
+    def from_spec(cls, spec: Spec) -> SafetyLimits:
+        if spec.action.kind != "joint_position":
+            raise ValueError(f"the safety filter guards joint-position targets, not {spec.action.kind!r}")
+        a = spec.action
+        return cls(a.names, a.lower, a.upper, a.max_rate)
+
+
+class SafetyFilter:
+    """Filters joint-position targets at a fixed control rate.
+
+    Args:
+        limits: joint limits and maximum target rate.
+        rate_hz: the rate at which `__call__` is invoked (one call per control period).
+        stale_after_periods: state older than this many periods counts as stale.
+        stale_mode: what to command while the state is stale or the policy output is unusable.
+    """
+
+    def __init__(
+        self, limits: SafetyLimits, rate_hz: float, stale_after_periods: float = 3.0, stale_mode: StaleMode = "hold"
+    ) -> None:
+        if stale_mode not in ("hold", "damp"):
+            raise ValueError(f"stale_mode must be 'hold' or 'damp', got {stale_mode!r}")
+        self.limits = limits
+        self.lower = np.asarray(limits.lower, dtype=np.float64)
+        self.upper = np.asarray(limits.upper, dtype=np.float64)
+        self.max_step = limits.max_rate / rate_hz
+        self.stale_after_s = stale_after_periods / rate_hz
+        self.stale_mode = stale_mode
+        self.interventions: Counter[str] = Counter()
+        self._last: np.ndarray | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.limits.names)
+
+    def reset(self, measured_pos: np.ndarray) -> None:
+        """Start from the robot's measured position (clipped into the limits)."""
+        pos = np.asarray(measured_pos, dtype=np.float64)
+        if pos.shape != (self.size,) or not np.isfinite(pos).all():
+            raise ValueError(f"safety filter reset needs {self.size} finite joint positions, got {pos!r}")
+        self._last = np.clip(pos, self.lower, self.upper)
+
+    def __call__(
+        self, target: np.ndarray | None, state_age_s: float, measured_pos: np.ndarray | None = None
+    ) -> np.ndarray:
+        """The command to send this period. ``target`` is the policy's joint-position target."""
+        if self._last is None:
+            raise RuntimeError("SafetyFilter.reset(measured_pos) must be called before filtering")
+        fallback = self._fallback(measured_pos)
+        if not state_age_s <= self.stale_after_s:  # also catches a NaN age
+            self.interventions["stale_state"] += 1
+            wanted = fallback
+        else:
+            wanted = self._usable(target, fallback)
+        clipped = np.clip(wanted, self.lower, self.upper)
+        if not np.array_equal(clipped, wanted):
+            self.interventions["position_limit"] += 1
+        step = np.clip(clipped - self._last, -self.max_step, self.max_step)
+        out = self._last + step
+        if not np.allclose(out, clipped, rtol=0.0, atol=1e-12):
+            self.interventions["rate_limit"] += 1
+        # The rate limit keeps us inside the limits (both ends are), but guard against rounding.
+        self._last = np.clip(out, self.lower, self.upper)
+        return self._last.copy()
+
+    def _fallback(self, measured_pos: np.ndarray | None) -> np.ndarray:
+        assert self._last is not None
+        if self.stale_mode == "damp" and measured_pos is not None:
+            pos = np.asarray(measured_pos, dtype=np.float64)
+            if pos.shape == (self.size,) and np.isfinite(pos).all():
+                return pos
+        return self._last
+
+    def _usable(self, target: np.ndarray | None, fallback: np.ndarray) -> np.ndarray:
+        if target is None:
+            self.interventions["missing_target"] += 1
+            return fallback
+        t = np.asarray(target, dtype=np.float64)
+        if t.shape != (self.size,):
+            self.interventions["wrong_shape"] += 1
+            return fallback
+        if not np.isfinite(t).all():
+            self.interventions["non_finite"] += 1
+            return fallback
+        return t
