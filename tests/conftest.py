@@ -21,3 +21,12 @@ def tiny_train(run_dir: Path, iterations: int = 3, num_envs: int = 16, save_inte
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_train(tmp_path_factory.mktemp("run") / "quadruped")
+
+
+@pytest.fixture(scope="session")
+def exported(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """The tiny run exported to ONNX (path, export result)."""
+    from deploy.onnx_export import export_checkpoint
+
+    out = tmp_path_factory.mktemp("onnx") / "policy.onnx"
+    return out, export_checkpoint(trained_run, out, num_obs=1000)

@@ -5,16 +5,10 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
-from deploy.onnx_export import export_checkpoint, read_metadata, spec_of
+from deploy.onnx_export import read_metadata, spec_of
 from policies.checkpoint import file_sha256
 from reflexlab.cli import main
 from sim.registry import get_task
-
-
-@pytest.fixture(scope="module")
-def exported(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
-    out = tmp_path_factory.mktemp("onnx") / "policy.onnx"
-    return out, export_checkpoint(trained_run, out, num_obs=1000)
 
 
 def test_parity_with_torch(exported) -> None:
