@@ -79,8 +79,11 @@ class WalkConfig:
 
 
 def make_spec(cfg: WalkConfig | None = None) -> Spec:
-    """The Spec every quadruped-walk policy and robot carries."""
-    del cfg  # the interface does not depend on the training configuration
+    """The Spec every quadruped-walk policy and robot carries.
+
+    Only the gait clock's rate enters from the config: a robot must run the same clock.
+    """
+    gait_hz = (cfg or WalkConfig()).gait_hz
     j = len(C.JOINT_NAMES)
     policy = ObsGroup(
         "policy",
@@ -88,7 +91,7 @@ def make_spec(cfg: WalkConfig | None = None) -> Spec:
             ObsTerm("base_ang_vel", 3, "rad/s, base frame", 0.25),
             ObsTerm("projected_gravity", 3, "unit vector, base frame", 1.0),
             ObsTerm("velocity_command", 3, "vx m/s, vy m/s, yaw rate rad/s", 2.0),
-            ObsTerm("gait_phase", 2, "sin, cos of the trot clock (2 Hz, FR/RL swing first)", 1.0),
+            ObsTerm("gait_phase", 2, f"sin, cos of the trot clock ({gait_hz:g} Hz, FR/RL swing first)", 1.0),
             ObsTerm("joint_pos", j, "rad, relative to action.offset", 1.0),
             ObsTerm("joint_vel", j, "rad/s", 0.05),
             ObsTerm("last_action", j, "raw policy output", 1.0),
