@@ -19,14 +19,12 @@ import onnx
 import torch
 from torch import nn
 
+from deploy.artifact import INPUT_NAME, OUTPUT_NAME, read_metadata, spec_of
 from policies.actor import LoadedPolicy, load_policy
 from policies.checkpoint import file_sha256
 from reflexlab import __version__
-from reflexlab.spec import Spec
 
 OPSET = 18
-INPUT_NAME = "obs"
-OUTPUT_NAME = "action"
 
 
 class ExportError(RuntimeError):
@@ -135,32 +133,6 @@ def export_checkpoint(
         "max_abs_error": err,
         "num_obs": len(observations),
     }
-
-
-def read_metadata(path: Path) -> dict[str, Any]:
-    """The metadata of an exported policy with the Spec parsed (and validated)."""
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"model {path} does not exist")
-    try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as e:  # onnx raises DecodeError and friends for non-ONNX bytes
-        raise ValueError(f"{path} is not a readable ONNX model ({type(e).__name__}: {e})") from e
-    meta = {p.key: p.value for p in model.metadata_props}
-    if "reflexlab_spec" not in meta:
-        raise ValueError(f"{path} carries no reflexlab Spec in its metadata; export it with `reflexlab export`")
-    meta["spec"] = Spec.from_json(meta.pop("reflexlab_spec")).to_dict()
-    meta["inputs"] = {i.name: _shape(i) for i in model.graph.input}
-    meta["outputs"] = {o.name: _shape(o) for o in model.graph.output}
-    return meta
-
-
-def _shape(value_info: Any) -> list[Any]:
-    return [d.dim_param or d.dim_value for d in value_info.type.tensor_type.shape.dim]
-
-
-def spec_of(path: Path) -> Spec:
-    return Spec.from_dict(read_metadata(path)["spec"])
 
 
 __all__ = ["ExportError", "export_checkpoint", "read_metadata", "spec_of", "verify"]

@@ -32,7 +32,7 @@ class OnnxPolicy:
     def __init__(self, path: Path, robot_spec: Spec | None = None, threads: int = 1) -> None:
         import onnxruntime as ort
 
-        from deploy.onnx_export import INPUT_NAME, OUTPUT_NAME, spec_of
+        from deploy.artifact import INPUT_NAME, OUTPUT_NAME, spec_of
 
         self.path = Path(path)
         self.spec = spec_of(self.path)  # raises with the file's name when missing/corrupt/foreign

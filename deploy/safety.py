@@ -77,6 +77,11 @@ class SafetyFilter:
     def size(self) -> int:
         return len(self.limits.names)
 
+    @property
+    def last_command(self) -> np.ndarray | None:
+        """The last command this filter let through (None before `reset`)."""
+        return None if self._last is None else self._last.copy()
+
     def reset(self, measured_pos: np.ndarray) -> None:
         """Start from the robot's measured position (clipped into the limits)."""
         pos = np.asarray(measured_pos, dtype=np.float64)

@@ -138,7 +138,7 @@ def export(
 
 def inspect(model: tyro.conf.Positional[Path]) -> None:
     """Print the Spec and metadata embedded in an exported ONNX policy."""
-    from deploy.onnx_export import read_metadata
+    from deploy.artifact import read_metadata
 
     meta = read_metadata(model)
     spec = meta.pop("spec")
@@ -146,10 +146,15 @@ def inspect(model: tyro.conf.Positional[Path]) -> None:
 
 
 def bench(
-    what: tyro.conf.Positional[Literal["sim"]],
+    what: tyro.conf.Positional[Literal["sim", "serve", "sim2sim"]],
     task: str = "quadruped-walk",
     num_envs: int = 256,
     steps: int = 200,
+    model: Path = Path("runs/demo/policy.onnx"),
+    run_dir: Path = Path("runs/demo"),
+    robot: str = "quadruped",
+    rates: tuple[int, ...] = (100, 500, 1000),
+    seconds: float | None = None,
     quick: bool = False,
     json_only: Annotated[bool, tyro.conf.arg(name="json")] = False,
     out_dir: Path = Path("runs/bench"),
@@ -157,18 +162,95 @@ def bench(
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
 
     Args:
-        what: which benchmark (sim: physics limit vs VecEnv with the policy in the loop, 1 and 2 threads).
-        task: registered task name.
-        num_envs: parallel robots.
-        steps: control steps per measurement.
+        what: sim (physics limit vs VecEnv with the policy in the loop), serve (policy node under a
+            cross-process JointState load at each rate), sim2sim (walk over ROS 2 vs in-process play).
+        task: registered task name (sim).
+        num_envs: parallel robots (sim).
+        steps: control steps per measurement (sim).
+        model: exported policy (serve).
+        run_dir: trained run, exported to RUN_DIR/policy.onnx if needed (sim2sim).
+        robot: robot config name or YAML path (serve).
+        rates: state rates in Hz (serve).
+        seconds: measured seconds per rate (serve; default 60 s at 100 Hz, 20 s otherwise) or walk length (sim2sim).
         quick: a CI-sized run of the same code path.
         json_only: print only the JSON line.
-        out_dir: where the JSON is written.
+        out_dir: where the JSON and plots are written.
     """
-    from policies.bench_sim import bench_sim
+    if what == "sim":
+        from policies.bench_sim import bench_sim
 
-    metrics = bench_sim(task, num_envs=num_envs, steps=steps, quick=quick, table=not json_only, out_dir=out_dir)
+        metrics = bench_sim(task, num_envs=num_envs, steps=steps, quick=quick, table=not json_only, out_dir=out_dir)
+    elif what == "serve":
+        from deploy.bench_serve import bench_serve
+
+        _require(model, "an exported policy (reflexlab export, or make demo)")
+        metrics = bench_serve(model, robot, rates, seconds, quick=quick, table=not json_only, out_dir=out_dir)
+    else:
+        from deploy.sim2sim import compare_with_play
+        from reflexlab.bench import machine, print_table, write_json
+
+        _require(run_dir, "a trained run (make demo)")
+        metrics = compare_with_play(run_dir, seconds=seconds or (3.0 if quick else 10.0), episodes=2 if quick else 8)
+        if not json_only:
+            print_table(
+                "bench sim2sim — walk over ROS 2 vs in-process play", list(metrics.items()), ("metric", "value")
+            )
+        metrics.update({"machine": machine(), "config": {"run_dir": str(run_dir)}})
+        write_json(metrics, out_dir, "sim2sim")
     print(json.dumps(metrics))
+
+
+def serve(
+    model: Path,
+    robot: str = "quadruped",
+    rate: float = 500.0,
+    policy_rate: float = 0.0,
+    seconds: float | None = None,
+) -> None:
+    """Serve an exported policy as a ROS 2 lifecycle node (configured and activated at once); Ctrl-C stops.
+
+    Args:
+        model: the exported .onnx policy.
+        robot: robot config YAML path, or a name in config/robots.
+        rate: control rate (Hz): commands published per second.
+        policy_rate: policy evaluations per second; 0 = the model's own control rate.
+        seconds: stop after this long (default: run until Ctrl-C).
+    """
+    from deploy.ros.policy_node import run
+
+    diag = run(model, robot, rate, policy_rate, seconds)
+    print(json.dumps(diag))
+
+
+def sim_bridge(
+    task: str = "quadruped-walk",
+    robot: str = "quadruped",
+    publish_rate: float = 0.0,
+    command_timeout_s: float = 0.1,
+    watchdog_mode: Literal["hold", "damp"] = "hold",
+    clock: bool = False,
+    seconds: float | None = None,
+) -> None:
+    """Run the task's MuJoCo robot as a ROS 2 node in real time (joint states + IMU out, joint targets in).
+
+    Args:
+        task: registered task name.
+        robot: robot config (topics, command type) shared with the policy node.
+        publish_rate: joint state / IMU rate (Hz); 0 = every physics step.
+        command_timeout_s: the watchdog engages after this long without a command.
+        watchdog_mode: hold the measured pose, or damp only.
+        clock: publish /clock with simulated time (and stamp states with it).
+        seconds: stop after this long (default: run until Ctrl-C).
+    """
+    from deploy.ros.sim_bridge import run
+
+    diag = run(task, robot, publish_rate, command_timeout_s, watchdog_mode, clock, seconds)
+    print(json.dumps(diag))
+
+
+def _require(path: Path, what: str) -> None:
+    if not path.exists():
+        raise UserError(f"{path} does not exist: expected {what}")
 
 
 def demo(
@@ -234,7 +316,16 @@ class UserError(RuntimeError):
     """An error the user can fix; printed without a traceback."""
 
 
-COMMANDS = {"demo": demo, "train": train, "play": play, "export": export, "inspect": inspect, "bench": bench}
+COMMANDS = {
+    "demo": demo,
+    "train": train,
+    "play": play,
+    "export": export,
+    "inspect": inspect,
+    "serve": serve,
+    "sim-bridge": sim_bridge,
+    "bench": bench,
+}
 
 
 def main(argv: list[str] | None = None) -> None:

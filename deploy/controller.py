@@ -1,0 +1,240 @@
+"""The serving control loop without ROS: validated robot state in, safe joint targets out.
+
+`PolicyController` is what the ROS 2 policy node (`deploy.ros.policy_node`) wraps; it is kept
+free of ROS so that a real-robot env or a test drives exactly the same logic. Per control step it
+
+1. checks that the robot state (joints + IMU) is fresh; stale state goes to the safety filter's
+   hold/damp mode, whatever the policy would say;
+2. runs the policy at the *model's* control rate (a policy trained at 50 Hz is evaluated at 50 Hz,
+   with its last action and gait clock advancing as in training), however fast the node steps;
+3. passes the target through the always-on `SafetyFilter` (limits, rate, NaN guard).
+
+Every state message is validated before it can reach the policy: a wrong length, a missing joint,
+NaN/inf, an implausible value, an out-of-order or duplicated stamp is rejected and counted by
+reason, and the last good state ages until the watchdog holds the robot.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from deploy.robot import RobotConfig, gait_hz
+from deploy.runner import OnnxPolicy
+from deploy.safety import SafetyFilter
+
+
+class StateRejected(ValueError):
+    """A state or command message that was not used; ``reason`` is the counter key."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+@dataclass
+class _Stamped:
+    value: tuple[np.ndarray, ...]
+    stamp_ns: int
+    t: float  # receipt time (s, monotonic): staleness is judged on our clock, not the sender's
+
+
+class PolicyController:
+    """Assembles observations, runs the policy at its own rate and filters every command.
+
+    Args:
+        policy: the loaded model (already checked against ``robot``).
+        robot: the robot config (limits, safety settings).
+        rate_hz: the rate at which `step` is called (the node's control rate).
+        policy_rate_hz: the rate at which the policy is evaluated; the model's control rate if None.
+    """
+
+    def __init__(
+        self, policy: OnnxPolicy, robot: RobotConfig, rate_hz: float, policy_rate_hz: float | None = None
+    ) -> None:
+        robot.check_model(policy.spec)
+        self.policy = policy
+        self.robot = robot
+        self.spec = policy.spec
+        self.rate_hz = float(rate_hz)
+        self.policy_rate_hz = float(policy_rate_hz or self.spec.control_rate_hz)
+        if not 0 < self.policy_rate_hz <= self.rate_hz:
+            raise ValueError(f"policy rate {self.policy_rate_hz} Hz must be in (0, node rate {self.rate_hz} Hz]")
+        s = robot.safety
+        self.filter = SafetyFilter(robot.safety_limits(self.spec), rate_hz, s.stale_after_periods, s.stale_mode)
+        self.stale_after_s = s.stale_after_periods / self.rate_hz
+        self.n = len(robot.joint_names)
+        self.offset = np.asarray(self.spec.action.offset, dtype=np.float64)
+        self.lower = np.asarray(robot.joint_lower) - s.position_margin
+        self.upper = np.asarray(robot.joint_upper) + s.position_margin
+        self.max_vel = np.asarray(robot.joint_max_velocity) * s.velocity_margin
+        self.max_command = np.asarray(s.max_command, dtype=np.float64)
+        terms = {t.name for t in self.spec.policy_obs.terms}
+        self.gait_hz = gait_hz(self.spec) if "gait_phase" in terms else 0.0
+        self.rejected: Counter[str] = Counter()
+        self.inferences = 0
+        self._index_cache: tuple[tuple[str, ...], np.ndarray] | None = None
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the state and disarm: the next fresh state restarts the clock and the filter."""
+        self._joints: _Stamped | None = None
+        self._imu: _Stamped | None = None
+        self._command = np.zeros(3)
+        self._command_t = -math.inf
+        self._last_action = np.zeros(self.spec.action.size, dtype=np.float32)
+        self._target: np.ndarray | None = None
+        self._t0: float | None = None
+        self._next_infer = 0.0
+
+    @property
+    def armed(self) -> bool:
+        return self._t0 is not None
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def set_joint_state(
+        self, names: list[str] | tuple[str, ...], pos: np.ndarray, vel: np.ndarray, stamp_ns: int, t: float
+    ) -> None:
+        """Take a JointState (any joint order, extra joints allowed); raise `StateRejected` if unusable."""
+        try:
+            idx = self._joint_index(tuple(names))
+            pos, vel = np.asarray(pos, dtype=np.float64), np.asarray(vel, dtype=np.float64)
+            if pos.shape != (len(names),) or vel.shape != (len(names),):
+                raise StateRejected(
+                    "wrong_length", f"joint state has {len(names)} names, {pos.size} positions, {vel.size} velocities"
+                )
+            q, qd = pos[idx], vel[idx]
+            if not (np.isfinite(q).all() and np.isfinite(qd).all()):
+                raise StateRejected("non_finite", f"joint state has non-finite values for {self._bad(q, qd)}")
+            out = (q < self.lower) | (q > self.upper)
+            if out.any():
+                j = int(np.argmax(out))
+                raise StateRejected(
+                    "implausible_position",
+                    f"joint {self.robot.joint_names[j]} at {q[j]:.3g} rad, far outside its limits",
+                )
+            fast = np.abs(qd) > self.max_vel
+            if fast.any():
+                j = int(np.argmax(fast))
+                raise StateRejected(
+                    "implausible_velocity", f"joint {self.robot.joint_names[j]} at {qd[j]:.3g} rad/s, beyond its limit"
+                )
+            self._check_stamp(self._joints, stamp_ns, "joint state")
+        except StateRejected as e:
+            self.rejected[f"joint_states.{e.reason}"] += 1
+            raise
+        self._joints = _Stamped((q, qd), stamp_ns, t)
+
+    def set_imu(self, quat_xyzw: np.ndarray, gyro: np.ndarray, stamp_ns: int, t: float) -> None:
+        """Take an IMU sample (orientation quaternion x, y, z, w; angular velocity in the base frame)."""
+        try:
+            quat, gyro = np.asarray(quat_xyzw, dtype=np.float64), np.asarray(gyro, dtype=np.float64)
+            if not (np.isfinite(quat).all() and np.isfinite(gyro).all()):
+                raise StateRejected("non_finite", "IMU sample has non-finite orientation or angular velocity")
+            if abs(np.linalg.norm(quat) - 1.0) > 0.05:
+                raise StateRejected(
+                    "bad_orientation", f"IMU orientation quaternion has norm {np.linalg.norm(quat):.3g}"
+                )
+            if np.abs(gyro).max() > 50.0:
+                raise StateRejected("implausible_angular_velocity", f"IMU angular velocity {gyro} rad/s")
+            self._check_stamp(self._imu, stamp_ns, "IMU sample")
+        except StateRejected as e:
+            self.rejected[f"imu.{e.reason}"] += 1
+            raise
+        self._imu = _Stamped((projected_gravity(quat), gyro), stamp_ns, t)
+
+    def set_velocity_command(self, command: np.ndarray, t: float) -> None:
+        """Take a (vx, vy, yaw rate) command; clipped to the robot's command limits."""
+        c = np.asarray(command, dtype=np.float64)
+        if c.shape != (3,) or not np.isfinite(c).all():
+            self.rejected["velocity_command.non_finite"] += 1
+            raise StateRejected("non_finite", f"velocity command {c} is not 3 finite numbers")
+        self._command = np.clip(c, -self.max_command, self.max_command)
+        self._command_t = t
+
+    def state_age(self, t: float) -> float:
+        """Seconds since the older of the last good joint state and IMU sample (inf before both)."""
+        if self._joints is None or self._imu is None:
+            return math.inf
+        return t - min(self._joints.t, self._imu.t)
+
+    # --- the control step -----------------------------------------------------------------------
+    def step(self, t: float) -> np.ndarray | None:
+        """The filtered joint-position command at time ``t``; None until a fresh state has arrived."""
+        age = self.state_age(t)
+        if self._t0 is None:
+            if not age <= self.stale_after_s:
+                return None  # nothing safe to command yet: we do not know where the robot is
+            self.filter.reset(self._joints.value[0])
+            self._t0 = self._next_infer = t
+        fresh = age <= self.stale_after_s
+        target = self._target if fresh else None
+        if fresh and t >= self._next_infer - 0.5 / self.rate_hz:
+            target = self._infer(t)
+            self._next_infer += 1.0 / self.policy_rate_hz
+            if self._next_infer < t:  # fell behind (e.g. state was stale): restart the schedule
+                self._next_infer = t + 1.0 / self.policy_rate_hz
+        measured = self._joints.value[0] if self._joints is not None else None
+        return self.filter(target, age, measured)
+
+    def observation_terms(self, t: float) -> dict[str, np.ndarray]:
+        """The policy's observation terms (physical units) at time ``t`` from the latest state."""
+        q, qd = self._joints.value
+        gravity, gyro = self._imu.value
+        command = self._command if t - self._command_t <= self.robot.safety.command_timeout_s else np.zeros(3)
+        phase = 2.0 * math.pi * ((t - self._t0) * self.gait_hz % 1.0)
+        return {
+            "base_ang_vel": gyro,
+            "projected_gravity": gravity,
+            "velocity_command": command,
+            "gait_phase": np.array([math.sin(phase), math.cos(phase)]),
+            "joint_pos": q - self.offset,
+            "joint_vel": qd,
+            "last_action": self._last_action,
+        }
+
+    def _infer(self, t: float) -> np.ndarray:
+        """Evaluate the policy; returns this step's target (the filter rejects a non-finite one)."""
+        terms = self.observation_terms(t)
+        action = self.policy.act(self.policy.assemble(terms))
+        self.inferences += 1
+        target = self.policy.joint_targets(action)
+        if np.isfinite(action).all():  # else the filter holds this step; later steps keep the last good target
+            self._last_action = action
+            self._target = target
+        return target
+
+    # --- helpers --------------------------------------------------------------------------------
+    def _joint_index(self, names: tuple[str, ...]) -> np.ndarray:
+        if self._index_cache is not None and self._index_cache[0] == names:
+            return self._index_cache[1]
+        where = {n: i for i, n in enumerate(names)}
+        missing = [n for n in self.robot.joint_names if n not in where]
+        if missing:
+            raise StateRejected("missing_joint", f"joint state lacks {', '.join(missing)}")
+        idx = np.array([where[n] for n in self.robot.joint_names])
+        self._index_cache = (names, idx)
+        return idx
+
+    def _bad(self, q: np.ndarray, qd: np.ndarray) -> str:
+        bad = ~(np.isfinite(q) & np.isfinite(qd))
+        return ", ".join(n for n, b in zip(self.robot.joint_names, bad, strict=True) if b)
+
+    @staticmethod
+    def _check_stamp(last: _Stamped | None, stamp_ns: int, what: str) -> None:
+        if last is None:
+            return
+        if stamp_ns == last.stamp_ns:
+            raise StateRejected("duplicate_stamp", f"{what} repeats stamp {stamp_ns} ns")
+        if stamp_ns < last.stamp_ns:
+            raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last.stamp_ns})")
+
+
+def projected_gravity(quat_xyzw: np.ndarray) -> np.ndarray:
+    """The unit gravity direction (0, 0, -1) in the base frame of orientation ``quat`` (x, y, z, w)."""
+    x, y, z, w = np.asarray(quat_xyzw, dtype=np.float64) / np.linalg.norm(quat_xyzw)
+    # third row of R^T (R: body → world) times -1
+    return -np.array([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)])

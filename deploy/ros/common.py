@@ -1,0 +1,110 @@
+"""What the policy node, the sim bridge and the serving benchmark share: QoS, message conversion,
+and an executor loop that stops on Ctrl-C.
+
+The EventsExecutor is the only rclpy executor that holds 1 kHz on two cores (DESIGN.md); in rclpy
+9.1.2 its ``spin()`` ignores SIGINT, so we spin in short slices while ``rclpy.ok()``.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import rclpy
+from builtin_interfaces.msg import Time
+from rclpy.experimental import EventsExecutor
+from rclpy.node import Node
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+from deploy.robot import RobotConfig
+
+
+def state_qos(best_effort: bool) -> QoSProfile:
+    """Keep only the newest sample: a control loop wants the latest state, never a backlog."""
+    if best_effort:
+        return QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
+    return QoSProfile(depth=1, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.RELIABLE)
+
+
+def command_msg_type(robot: RobotConfig) -> type:
+    return JointTrajectory if robot.command_type == "joint_trajectory" else Float64MultiArray
+
+
+def make_command(robot: RobotConfig, positions: np.ndarray, stamp: Time, period_s: float) -> object:
+    """A joint-position command in the robot config's message type.
+
+    A JointTrajectory names the joints and carries the stamp of the state it was computed from,
+    so the receiver can measure state-to-command latency.
+    """
+    if robot.command_type == "joint_trajectory":
+        msg = JointTrajectory()
+        msg.header.stamp = stamp
+        msg.joint_names = list(robot.joint_names)
+        point = JointTrajectoryPoint()
+        point.positions = positions.tolist()
+        point.time_from_start.nanosec = int(period_s * 1e9)
+        msg.points = [point]
+        return msg
+    return Float64MultiArray(data=positions.tolist())
+
+
+def read_command(robot: RobotConfig, msg: object) -> np.ndarray:
+    """Joint targets in the robot config's joint order; raises ValueError naming what is wrong."""
+    if isinstance(msg, JointTrajectory):
+        if not msg.points:
+            raise ValueError("joint trajectory has no points")
+        where = {n: i for i, n in enumerate(msg.joint_names)}
+        missing = [n for n in robot.joint_names if n not in where]
+        if missing:
+            raise ValueError(f"joint trajectory lacks {', '.join(missing)}")
+        pos = np.asarray(msg.points[0].positions, dtype=np.float64)
+        if pos.shape != (len(msg.joint_names),):
+            raise ValueError(f"joint trajectory has {len(msg.joint_names)} names but {pos.size} positions")
+        pos = pos[[where[n] for n in robot.joint_names]]
+    else:
+        pos = np.asarray(msg.data, dtype=np.float64)
+        if pos.shape != (len(robot.joint_names),):
+            raise ValueError(f"command has {pos.size} values for {len(robot.joint_names)} joints")
+    if not np.isfinite(pos).all():
+        raise ValueError("command has non-finite values")
+    return pos
+
+
+def stamp_ns(stamp: Time) -> int:
+    return stamp.sec * 1_000_000_000 + stamp.nanosec
+
+
+def spin(nodes: Iterable[Node], until: Callable[[], bool] | None = None, stop: threading.Event | None = None) -> None:
+    """Spin ``nodes`` on one EventsExecutor until Ctrl-C/SIGTERM, ``until()`` or ``stop`` is set."""
+    nodes = list(nodes)
+    executor = EventsExecutor()
+    for node in nodes:
+        executor.add_node(node)
+    stop = stop or threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while rclpy.ok() and not stop.is_set() and not (until and until()):
+            executor.spin_once(timeout_sec=0.05)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        for node in nodes:
+            executor.remove_node(node)
+        executor.shutdown()
+
+
+def wait_until(nodes: Iterable[Node], condition: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
+    """Spin until ``condition()`` holds (discovery, matching, a first message); TimeoutError names ``what``."""
+    deadline = time.monotonic() + timeout_s
+    spin(nodes, until=lambda: condition() or time.monotonic() > deadline)
+    if not condition():
+        raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")

@@ -1,0 +1,318 @@
+"""The reflexlab policy node: a ROS 2 lifecycle node serving an exported ONNX policy.
+
+Lifecycle: *configure* loads the robot config and the model and refuses a model whose Spec
+disagrees with the robot (the error names the field); *activate* starts control; *deactivate*
+sends one last hold command and stops commanding; *cleanup* unloads. With ``autostart`` the node
+configures and activates itself (``ros2 run`` / a launch file without a lifecycle manager).
+
+Control: each fresh JointState triggers a control step at once (lowest latency), bounded by a
+token bucket at ``rate_hz`` so that a flood of states cannot make the node command faster; a
+timer at ``rate_hz`` steps when states stop or come slower, so commands keep flowing (held or
+damped by the safety filter when the state is stale). The policy itself runs at the model's
+control rate (``policy_rate_hz`` overrides). ``/diagnostics`` reports the achieved rate, step
+latency percentiles, deadline misses, safety interventions and rejected messages.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import rclpy
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Twist
+from rcl_interfaces.msg import SetParametersResult
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from sensor_msgs.msg import Imu, JointState
+
+import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from deploy.controller import PolicyController, StateRejected
+from deploy.robot import RobotConfig
+from deploy.ros.common import command_msg_type, make_command, spin, stamp_ns, state_qos
+from deploy.runner import OnnxPolicy
+from deploy.timing import LatencyWindow, TokenBucket
+
+# Parameters read at configure; they cannot change while the node is configured.
+PARAMETERS: dict[str, object] = {
+    "model_path": "",  # the exported .onnx policy
+    "robot_config": "quadruped",  # a robot config YAML path, or a name in config/robots
+    "rate_hz": 500.0,  # control rate: commands published per second
+    "policy_rate_hz": 0.0,  # policy evaluations per second; 0 = the model's control rate
+    "autostart": True,  # configure and activate at startup
+    "diagnostics_period_s": 1.0,
+}
+
+
+class PolicyNode(LifecycleNode):
+    """Serves one policy on one robot; see the module docstring."""
+
+    def __init__(self, node_name: str = "policy", **kwargs: object) -> None:
+        super().__init__(node_name, **kwargs)
+        for name, default in PARAMETERS.items():
+            self.declare_parameter(name, default)
+        self.add_on_set_parameters_callback(self._on_set_parameters)
+        self.error: str | None = None  # why the last configure failed, for tests and tools
+        self.ctl: PolicyController | None = None
+        self.robot: RobotConfig | None = None
+        self._active = False
+        self._timer = None
+        self._entities: list[object] = []
+        self._rejection_logged: dict[str, float] = {}
+        self._reset_stats()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        try:
+            if not p["model_path"]:
+                raise ValueError("parameter model_path is empty: name the exported .onnx policy")
+            self.robot = RobotConfig.load(p["robot_config"])
+            policy = OnnxPolicy(Path(p["model_path"]))
+            self.ctl = PolicyController(policy, self.robot, p["rate_hz"], p["policy_rate_hz"] or None)
+        except (OSError, ValueError) as e:  # missing/corrupt model, foreign Spec, bad robot config
+            self.error = str(e)
+            self.get_logger().error(f"configure refused: {e}")
+            return TransitionCallbackReturn.FAILURE
+        self.error = None
+        self.rate_hz = float(p["rate_hz"])
+        self.period = 1.0 / self.rate_hz
+        self.bucket = TokenBucket(self.rate_hz)
+        r, qos = self.robot, state_qos(self.robot.best_effort)
+        self._cmd_type = command_msg_type(r)
+        self._pub = self.create_lifecycle_publisher(self._cmd_type, r.topics.joint_command, qos)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self._entities = [
+            self.create_subscription(JointState, r.topics.joint_states, self._on_joint_state, qos),
+            self.create_subscription(Imu, r.topics.imu, self._on_imu, qos),
+            self.create_subscription(Twist, r.topics.velocity_command, self._on_twist, 10),
+            self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics),
+        ]
+        spec = self.ctl.spec
+        self.get_logger().info(
+            f"configured: {Path(p['model_path']).name} ({spec.robot}/{spec.task}) on {r.path}, "
+            f"{self.rate_hz:g} Hz control, policy at {self.ctl.policy_rate_hz:g} Hz, "
+            f"commands {self._cmd_type.__name__} on {r.topics.joint_command}"
+        )
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        assert self.ctl is not None
+        self.ctl.reset()  # re-arm from the next fresh state: the gait clock restarts at zero
+        self._reset_stats()
+        self._timer = self.create_timer(self.period, self._on_timer)
+        self._active = True
+        self.get_logger().info("active: commanding from the next fresh state")
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._active = False
+        if self._timer is not None:
+            self.destroy_timer(self._timer)
+            self._timer = None
+        if self.ctl is not None and self.ctl.armed:  # one last command: hold the last safe target
+            last = self.ctl.filter.last_command
+            self._pub.publish(make_command(self.robot, last, self.get_clock().now().to_msg(), self.period))
+            self.get_logger().info("deactivated: holding the last safe command")
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        self._destroy_entities()
+        return TransitionCallbackReturn.SUCCESS
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        if self._active:
+            self.on_deactivate(state)
+        self._destroy_entities()
+        return TransitionCallbackReturn.SUCCESS
+
+    def _destroy_entities(self) -> None:
+        for entity in self._entities:
+            self.destroy_timer(entity) if hasattr(entity, "timer_period_ns") else self.destroy_subscription(entity)
+        self._entities = []
+        if self.ctl is not None:
+            self.destroy_lifecycle_publisher(self._pub)
+            self.destroy_publisher(self._diag_pub)
+        self.ctl = None
+
+    def _on_set_parameters(self, params: list) -> SetParametersResult:
+        if self.ctl is not None and any(p.name in PARAMETERS for p in params):
+            return SetParametersResult(successful=False, reason="deactivate and clean up before changing parameters")
+        return SetParametersResult(successful=True)
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def _on_joint_state(self, msg: JointState) -> None:
+        t = time.monotonic()
+        ctl = self.ctl
+        try:
+            ctl.set_joint_state(msg.name, msg.position, msg.velocity, stamp_ns(msg.header.stamp), t)
+        except StateRejected as e:
+            self._log_rejection("joint_states", e)
+            return
+        self._stamp = msg.header.stamp
+        if self._active:
+            if self.bucket.take(t):
+                self._step(t)
+            else:
+                self.coalesced += 1
+
+    def _on_imu(self, msg: Imu) -> None:
+        o, w = msg.orientation, msg.angular_velocity
+        try:
+            self.ctl.set_imu(
+                np.array([o.x, o.y, o.z, o.w]), np.array([w.x, w.y, w.z]), stamp_ns(msg.header.stamp), time.monotonic()
+            )
+        except StateRejected as e:
+            self._log_rejection("imu", e)
+
+    def _on_twist(self, msg: Twist) -> None:
+        try:
+            self.ctl.set_velocity_command(np.array([msg.linear.x, msg.linear.y, msg.angular.z]), time.monotonic())
+        except StateRejected as e:
+            self._log_rejection("velocity_command", e)
+
+    def _log_rejection(self, source: str, e: StateRejected) -> None:
+        key = f"{source}.{e.reason}"
+        now = time.monotonic()
+        if now - self._rejection_logged.get(key, -10.0) >= 1.0:  # at most once a second per reason
+            self._rejection_logged[key] = now
+            self.get_logger().warning(f"rejected {source} ({self.ctl.rejected[key]} so far): {e}")
+
+    # --- control --------------------------------------------------------------------------------
+    def _on_timer(self) -> None:
+        t = time.monotonic()
+        # Step only when the state stream is not driving the loop (stopped, stale or slower than us).
+        late = self._last_step_t is None or t - self._last_step_t >= 1.5 * self.period
+        if (late or self.ctl.state_age(t) >= 1.5 * self.period) and self.bucket.take(t):
+            self._step(t)
+
+    def _step(self, t_trigger: float) -> None:
+        cmd = self.ctl.step(t_trigger)
+        if cmd is None:  # not armed: no fresh state yet, nothing safe to command
+            return
+        self._pub.publish(make_command(self.robot, cmd, self._stamp, self.period))
+        done = time.monotonic()
+        latency = done - t_trigger
+        self.latency.add(latency)
+        if latency > self.period:
+            self.late_steps += 1
+        if self._last_pub_t is not None and done - self._last_pub_t > 2.0 * self.period:
+            self.missed_periods += 1
+        self._last_step_t = t_trigger
+        self._last_pub_t = done
+        self.steps += 1
+
+    def _reset_stats(self) -> None:
+        self.steps = 0
+        self.late_steps = 0
+        self.missed_periods = 0
+        self.coalesced = 0
+        self._last_step_t: float | None = None
+        self._last_pub_t: float | None = None
+        self._stamp = self.get_clock().now().to_msg()
+        self.latency = LatencyWindow(4096)
+        self._window = (time.monotonic(), 0)
+        self._activated_t = time.monotonic()
+
+    # --- diagnostics ----------------------------------------------------------------------------
+    def diagnostics(self) -> dict[str, float | int | str]:
+        """The figures /diagnostics reports, as a flat dict (also used by tests and the CLI)."""
+        now = time.monotonic()
+        t0, steps0 = self._window
+        p50, p99, p999 = (x * 1e6 for x in self.latency.percentiles())
+        ctl = self.ctl
+        out: dict[str, float | int | str] = {
+            "active": int(self._active),
+            "armed": int(bool(ctl and ctl.armed)),
+            "rate_hz": self.rate_hz if ctl else 0.0,
+            "achieved_rate_hz": (self.steps - steps0) / max(now - t0, 1e-9),  # since the last /diagnostics
+            "mean_rate_hz": self.steps / max(now - self._activated_t, 1e-9) if self._active else 0.0,
+            "latency_p50_us": p50,
+            "latency_p99_us": p99,
+            "latency_p999_us": p999,
+            "deadline_misses": self.late_steps + self.missed_periods,
+            "late_steps": self.late_steps,
+            "missed_periods": self.missed_periods,
+            "steps": self.steps,
+            "coalesced_states": self.coalesced,
+        }
+        if ctl is not None:
+            out["policy_rate_hz"] = ctl.policy_rate_hz
+            out["inferences"] = ctl.inferences
+            out["state_age_ms"] = ctl.state_age(now) * 1e3
+            out.update({f"intervention.{k}": v for k, v in sorted(ctl.filter.interventions.items())})
+            out.update({f"rejected.{k}": v for k, v in sorted(ctl.rejected.items())})
+        return out
+
+    def _publish_diagnostics(self) -> None:
+        d = self.diagnostics()
+        self._window = (time.monotonic(), self.steps)
+        status = DiagnosticStatus(name=f"{self.get_name()}: policy", hardware_id=self.robot.robot)
+        stale = d.get("state_age_ms", float("inf")) > self.ctl.stale_after_s * 1e3
+        if not self._active:
+            status.level, status.message = DiagnosticStatus.OK, "inactive"
+        elif stale:
+            status.level, status.message = DiagnosticStatus.ERROR, "robot state stale: holding"
+        elif d["deadline_misses"] or sum(v for k, v in d.items() if k.startswith(("intervention.", "rejected."))):
+            status.level, status.message = DiagnosticStatus.WARN, "deadline misses, interventions or rejected messages"
+        else:
+            status.level, status.message = DiagnosticStatus.OK, "serving"
+        status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()]
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(msg)
+
+    @property
+    def counters(self) -> Counter[str]:
+        """Interventions and rejections so far (empty before configure)."""
+        if self.ctl is None:
+            return Counter()
+        return Counter({**self.ctl.filter.interventions, **{f"rejected.{k}": v for k, v in self.ctl.rejected.items()}})
+
+
+def autostart(node: PolicyNode) -> bool:
+    """Configure and activate when the ``autostart`` parameter asks for it; False if refused."""
+    if not node.get_parameter("autostart").value:
+        return True
+    if node.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+        return False
+    return node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+
+def run(model: Path, robot: str, rate_hz: float, policy_rate_hz: float = 0.0, seconds: float | None = None) -> dict:
+    """Serve until Ctrl-C (or ``seconds``); returns the final diagnostics. `reflexlab serve` calls this."""
+    from rclpy.parameter import Parameter
+
+    rclpy.init()
+    overrides = {"model_path": str(model), "robot_config": str(robot), "rate_hz": float(rate_hz)}
+    overrides["policy_rate_hz"] = float(policy_rate_hz)
+    node = PolicyNode(parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()])
+    try:
+        if not autostart(node):
+            raise ValueError(f"policy node not started: {node.error}")
+        t0 = time.monotonic()
+        spin([node], until=(lambda: time.monotonic() - t0 >= seconds) if seconds else None)
+        return node.diagnostics()
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``ros2 run reflexlab policy_node --ros-args -p model_path:=policy.onnx …``"""
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = PolicyNode()
+    try:
+        if not autostart(node):
+            node.get_logger().fatal(f"not started: {node.error}")
+            sys.exit(1)
+        spin([node])
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

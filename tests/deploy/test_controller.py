@@ -1,0 +1,114 @@
+"""PolicyController (the policy node's core, no ROS): the robot-side observation equals training's,
+bad state never reaches the policy, and stale state holds the robot."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from deploy.controller import PolicyController, StateRejected, projected_gravity
+from deploy.robot import RobotConfig
+from deploy.runner import OnnxPolicy
+from deploy.sim_robot import SimRobot
+from sim.backends.mujoco_cpu import MujocoVecEnv
+from sim.legged import quat_rotate_inverse
+from sim.registry import get_task
+
+ENTRY = get_task("quadruped-walk")
+ROBOT = RobotConfig.load("quadruped")
+NAMES = list(ROBOT.joint_names)
+RATE = 500.0
+
+
+@pytest.fixture
+def ctl(exported) -> PolicyController:
+    return PolicyController(OnnxPolicy(exported[0]), ROBOT, RATE)
+
+
+def feed(ctl: PolicyController, t: float, stamp: int, q=None, qd=None, quat=(0, 0, 0, 1.0)) -> None:
+    q = np.asarray(ENTRY.spec().action.offset) if q is None else q
+    ctl.set_imu(np.asarray(quat, dtype=float), np.zeros(3), stamp, t)
+    ctl.set_joint_state(NAMES, q, np.zeros(12) if qd is None else qd, stamp, t)
+
+
+def test_projected_gravity_matches_the_simulator() -> None:
+    q = torch.nn.functional.normalize(torch.randn(64, 4, generator=torch.Generator().manual_seed(0)), dim=-1)
+    want = quat_rotate_inverse(q, torch.tensor([0.0, 0.0, -1.0]).expand(64, 3)).numpy()
+    for qi, wi in zip(q.numpy(), want, strict=True):
+        np.testing.assert_allclose(projected_gravity(np.r_[qi[1:], qi[0]]), wi, atol=1e-6)
+
+
+def test_observation_from_robot_messages_equals_the_training_observation(ctl: PolicyController) -> None:
+    """The same MuJoCo state, read as a robot's JointState/IMU, gives the training env's observation."""
+    env = MujocoVecEnv(ENTRY, ENTRY.config("fast"), num_envs=1, nthread=1, seed=3, obs_noise=False)
+    env.task.set_commands(torch.tensor([[0.5, 0.1, -0.2]]))
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(15):  # moving, tilted, with joint velocities
+        obs, *_ = env.step(torch.randn(1, 12, generator=gen))
+    robot = SimRobot("quadruped-walk")
+    robot.data.qpos[:], robot.data.qvel[:] = env.qpos[0], env.qvel[0]
+    s = robot.state()
+    ctl.set_velocity_command(np.array([0.5, 0.1, -0.2]), 0.0)
+    ctl.set_imu(s.quat_xyzw, s.gyro, 1, 0.0)
+    ctl.set_joint_state(NAMES, s.joint_pos, s.joint_vel, 1, 0.0)
+    ctl.step(0.0)
+    phase = float(env.task.phase[0])
+    ctl._last_action = env.task.last_action[0].numpy()
+    terms = ctl.observation_terms(phase / ctl.gait_hz)  # the robot's clock at the env's phase
+    got = ctl.policy.assemble(terms) * np.asarray(ENTRY.spec().policy_obs.scales())
+    np.testing.assert_allclose(got, obs["policy"][0].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("names", "pos", "reason"),
+    [
+        (NAMES[:-1], np.zeros(11), "missing_joint"),
+        (NAMES, np.zeros(11), "wrong_length"),
+        (NAMES, np.r_[np.zeros(11), np.nan], "non_finite"),
+        (NAMES, np.r_[np.zeros(11), np.inf], "non_finite"),
+        (NAMES, np.full(12, 1e6), "implausible_position"),
+    ],
+)
+def test_bad_joint_states_are_rejected_by_reason(ctl: PolicyController, names, pos, reason: str) -> None:
+    with pytest.raises(StateRejected) as e:
+        ctl.set_joint_state(names, pos, np.zeros(len(pos)), 1, 0.0)
+    assert e.value.reason == reason
+    assert ctl.rejected[f"joint_states.{reason}"] == 1
+    assert ctl.state_age(0.0) == math.inf  # nothing was taken
+
+
+def test_stamps_must_move_forward(ctl: PolicyController) -> None:
+    feed(ctl, 0.0, 100)
+    with pytest.raises(StateRejected, match="repeats"):
+        ctl.set_joint_state(NAMES, np.asarray(ENTRY.spec().action.offset), np.zeros(12), 100, 0.001)
+    with pytest.raises(StateRejected, match="older"):
+        ctl.set_joint_state(NAMES, np.asarray(ENTRY.spec().action.offset), np.zeros(12), 99, 0.001)
+    assert ctl.rejected == {"joint_states.duplicate_stamp": 1, "joint_states.out_of_order": 1}
+
+
+def test_runs_the_policy_at_the_model_rate_and_holds_when_state_goes_stale(ctl: PolicyController) -> None:
+    assert ctl.step(0.0) is None  # no state yet: nothing is safe to command
+    ctl.set_velocity_command(np.array([0.5, 0.0, 0.0]), 0.0)
+    out = []
+    for k in range(100):  # 0.2 s at 500 Hz
+        t = k / RATE
+        feed(ctl, t, k + 1)
+        out.append(ctl.step(t))
+    assert ctl.inferences == 10  # 50 Hz policy in a 500 Hz loop
+    steps = np.abs(np.diff(np.array(out), axis=0))
+    assert steps.max() <= ROBOT.safety_limits(ctl.spec).max_rate / RATE + 1e-9
+    held = [ctl.step(0.2 + k / RATE) for k in range(1, 20)]  # state stops arriving
+    assert ctl.filter.interventions["stale_state"] > 0
+    np.testing.assert_array_equal(held[-1], held[-2])
+    assert ctl.inferences == 10 + 1  # the first step after the last state was still fresh
+
+
+def test_commands_are_clipped_and_time_out(ctl: PolicyController) -> None:
+    ctl.set_velocity_command(np.array([5.0, -3.0, 0.2]), 0.0)
+    feed(ctl, 0.0, 1)
+    ctl.step(0.0)
+    np.testing.assert_allclose(ctl.observation_terms(0.5)["velocity_command"], [1.0, -0.5, 0.2])
+    np.testing.assert_allclose(ctl.observation_terms(1.5)["velocity_command"], [0.0, 0.0, 0.0])
+    with pytest.raises(StateRejected):
+        ctl.set_velocity_command(np.array([np.nan, 0, 0]), 0.1)
