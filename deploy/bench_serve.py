@@ -87,7 +87,12 @@ def bench_serve(
     metrics.update(
         {
             "machine": machine(),
-            "config": {"model": str(model), "robot": robot, "rates": list(rates), "inference_every_state": True},
+            "config": {
+                "model": str(model),
+                "robot": robot,
+                "rates": list(rates),
+                "inference_every_state": True,
+            },
         }
     )
     if table:

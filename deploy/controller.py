@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -128,23 +129,23 @@ class PolicyController:
             raise
         self._joints = _Stamped((q, qd), stamp_ns, t)
 
-    def set_imu(self, quat_xyzw: np.ndarray, gyro: np.ndarray, stamp_ns: int, t: float) -> None:
+    def set_imu(self, quat_xyzw: Sequence[float], gyro: Sequence[float], stamp_ns: int, t: float) -> None:
         """Take an IMU sample (orientation quaternion x, y, z, w; angular velocity in the base frame)."""
-        try:
-            quat, gyro = np.asarray(quat_xyzw, dtype=np.float64), np.asarray(gyro, dtype=np.float64)
-            if not (np.isfinite(quat).all() and np.isfinite(gyro).all()):
+        try:  # plain floats: this runs at the state rate and numpy's per-call overhead dominates 7 numbers
+            x, y, z, w = (float(v) for v in quat_xyzw)
+            gx, gy, gz = (float(v) for v in gyro)
+            if not all(math.isfinite(v) for v in (x, y, z, w, gx, gy, gz)):
                 raise StateRejected("non_finite", "IMU sample has non-finite orientation or angular velocity")
-            if abs(np.linalg.norm(quat) - 1.0) > 0.05:
-                raise StateRejected(
-                    "bad_orientation", f"IMU orientation quaternion has norm {np.linalg.norm(quat):.3g}"
-                )
-            if np.abs(gyro).max() > 50.0:
-                raise StateRejected("implausible_angular_velocity", f"IMU angular velocity {gyro} rad/s")
+            norm = math.sqrt(x * x + y * y + z * z + w * w)
+            if abs(norm - 1.0) > 0.05:
+                raise StateRejected("bad_orientation", f"IMU orientation quaternion has norm {norm:.3g}")
+            if max(abs(gx), abs(gy), abs(gz)) > 50.0:
+                raise StateRejected("implausible_angular_velocity", f"IMU angular velocity ({gx}, {gy}, {gz}) rad/s")
             self._check_stamp(self._imu, stamp_ns, "IMU sample")
         except StateRejected as e:
             self.rejected[f"imu.{e.reason}"] += 1
             raise
-        self._imu = _Stamped((projected_gravity(quat), gyro), stamp_ns, t)
+        self._imu = _Stamped((projected_gravity((x, y, z, w)), np.array([gx, gy, gz])), stamp_ns, t)
 
     def set_velocity_command(self, command: np.ndarray, t: float) -> None:
         """Take a (vx, vy, yaw rate) command; clipped to the robot's command limits."""
@@ -233,8 +234,10 @@ class PolicyController:
             raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last.stamp_ns})")
 
 
-def projected_gravity(quat_xyzw: np.ndarray) -> np.ndarray:
+def projected_gravity(quat_xyzw: Sequence[float]) -> np.ndarray:
     """The unit gravity direction (0, 0, -1) in the base frame of orientation ``quat`` (x, y, z, w)."""
-    x, y, z, w = np.asarray(quat_xyzw, dtype=np.float64) / np.linalg.norm(quat_xyzw)
-    # third row of R^T (R: body → world) times -1
-    return -np.array([2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)])
+    x, y, z, w = (float(v) for v in quat_xyzw)
+    n = math.sqrt(x * x + y * y + z * z + w * w)
+    x, y, z, w = x / n, y / n, z / n, w / n
+    # R^T (0, 0, -1) = minus the third row of R (body -> world)
+    return np.array([-2 * (x * z - w * y), -2 * (y * z + w * x), 2 * (x * x + y * y) - 1])

@@ -101,15 +101,16 @@ class SafetyFilter:
             wanted = fallback
         else:
             wanted = self._usable(target, fallback)
-        clipped = np.clip(wanted, self.lower, self.upper)
-        if not np.array_equal(clipped, wanted):
+        # np.minimum/maximum rather than np.clip/allclose: this runs at 1 kHz and they cost ~5x more.
+        clipped = np.minimum(np.maximum(wanted, self.lower), self.upper)
+        if (clipped != wanted).any():
             self.interventions["position_limit"] += 1
-        step = np.clip(clipped - self._last, -self.max_step, self.max_step)
-        out = self._last + step
-        if not np.allclose(out, clipped, rtol=0.0, atol=1e-12):
+        delta = clipped - self._last
+        step = np.minimum(np.maximum(delta, -self.max_step), self.max_step)
+        if (np.abs(step - delta) > 1e-12).any():
             self.interventions["rate_limit"] += 1
         # The rate limit keeps us inside the limits (both ends are), but guard against rounding.
-        self._last = np.clip(out, self.lower, self.upper)
+        self._last = np.minimum(np.maximum(self._last + step, self.lower), self.upper)
         return self._last.copy()
 
     def _fallback(self, measured_pos: np.ndarray | None) -> np.ndarray:

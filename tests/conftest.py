@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# ROS 2 isolation (DESIGN.md): a DDS domain per test session and worker, discovery on this host only,
+# so parallel workers and concurrent sessions never hear each other and nothing leaves the machine.
+_worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
+os.environ["ROS_DOMAIN_ID"] = str(20 + (os.getppid() % 35) * 2 + _worker % 2)
+os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
+os.environ["AMENT_PREFIX_PATH"] = os.environ.get("AMENT_PREFIX_PATH") or sys.prefix  # as deploy.ros sets it
 
 
 def tiny_train(run_dir: Path, iterations: int = 3, num_envs: int = 16, save_interval: int = 1) -> Path:
@@ -30,3 +37,13 @@ def exported(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tup
 
     out = tmp_path_factory.mktemp("onnx") / "policy.onnx"
     return out, export_checkpoint(trained_run, out, num_obs=1000)
+
+
+@pytest.fixture
+def ros():
+    """An initialised rclpy context for one test (shut down afterwards)."""
+    import rclpy
+
+    rclpy.init()
+    yield
+    rclpy.try_shutdown()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 import numpy as np
 import rclpy
 from builtin_interfaces.msg import Time
+from rclpy.executors import ExternalShutdownException
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -79,7 +80,11 @@ def stamp_ns(stamp: Time) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 
 
-def spin(nodes: Iterable[Node], until: Callable[[], bool] | None = None, stop: threading.Event | None = None) -> None:
+def spin(
+    nodes: Iterable[Node],
+    until: Callable[[], bool] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
     """Spin ``nodes`` on one EventsExecutor until Ctrl-C/SIGTERM, ``until()`` or ``stop`` is set."""
     nodes = list(nodes)
     executor = EventsExecutor()
@@ -92,7 +97,7 @@ def spin(nodes: Iterable[Node], until: Callable[[], bool] | None = None, stop: t
     try:
         while rclpy.ok() and not stop.is_set() and not (until and until()):
             executor.spin_once(timeout_sec=0.05)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, ExternalShutdownException):
         pass
     finally:
         if previous is not None:

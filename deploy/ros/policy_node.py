@@ -58,7 +58,7 @@ class PolicyNode(LifecycleNode):
         self.ctl: PolicyController | None = None
         self.robot: RobotConfig | None = None
         self._active = False
-        self._timer = None
+        self._fill = self._watchdog = None
         self._entities: list[object] = []
         self._rejection_logged: dict[str, float] = {}
         self._reset_stats()
@@ -102,16 +102,20 @@ class PolicyNode(LifecycleNode):
         assert self.ctl is not None
         self.ctl.reset()  # re-arm from the next fresh state: the gait clock restarts at zero
         self._reset_stats()
-        self._timer = self.create_timer(self.period, self._on_timer)
+        # Timer events cost ~0.1 ms of executor time each here, so the rate-hz fill-in timer runs only
+        # while the state stream is not driving the loop; a slower watchdog turns it on.
+        self._fill = self.create_timer(self.period, self._on_fill)
+        self._watchdog = self.create_timer(self.ctl.stale_after_s, self._on_watchdog)
         self._active = True
         self.get_logger().info("active: commanding from the next fresh state")
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         self._active = False
-        if self._timer is not None:
-            self.destroy_timer(self._timer)
-            self._timer = None
+        for timer in (self._fill, self._watchdog):
+            if timer is not None:
+                self.destroy_timer(timer)
+        self._fill = self._watchdog = None
         if self.ctl is not None and self.ctl.armed:  # one last command: hold the last safe target
             last = self.ctl.filter.last_command
             self._pub.publish(make_command(self.robot, last, self.get_clock().now().to_msg(), self.period))
@@ -181,11 +185,24 @@ class PolicyNode(LifecycleNode):
             self.get_logger().warning(f"rejected {source} ({self.ctl.rejected[key]} so far): {e}")
 
     # --- control --------------------------------------------------------------------------------
-    def _on_timer(self) -> None:
+    def _stream_drives(self, t: float) -> bool:
+        """True while fresh states trigger the steps themselves at (about) our rate."""
+        return (
+            self._last_step_t is not None
+            and t - self._last_step_t < 1.5 * self.period
+            and (self.ctl.state_age(t) < 1.5 * self.period)
+        )
+
+    def _on_watchdog(self) -> None:
+        if self._fill.is_canceled() and not self._stream_drives(time.monotonic()):
+            self._fill.reset()
+
+    def _on_fill(self) -> None:
+        """Steps at rate_hz while states stopped, went stale or come slower than rate_hz."""
         t = time.monotonic()
-        # Step only when the state stream is not driving the loop (stopped, stale or slower than us).
-        late = self._last_step_t is None or t - self._last_step_t >= 1.5 * self.period
-        if (late or self.ctl.state_age(t) >= 1.5 * self.period) and self.bucket.take(t):
+        if self._stream_drives(t):
+            self._fill.cancel()
+        elif self.bucket.take(t):
             self._step(t)
 
     def _step(self, t_trigger: float) -> None:
@@ -281,7 +298,13 @@ def autostart(node: PolicyNode) -> bool:
     return node.trigger_activate() == TransitionCallbackReturn.SUCCESS
 
 
-def run(model: Path, robot: str, rate_hz: float, policy_rate_hz: float = 0.0, seconds: float | None = None) -> dict:
+def run(
+    model: Path,
+    robot: str,
+    rate_hz: float,
+    policy_rate_hz: float = 0.0,
+    seconds: float | None = None,
+) -> dict:
     """Serve until Ctrl-C (or ``seconds``); returns the final diagnostics. `reflexlab serve` calls this."""
     from rclpy.parameter import Parameter
 
@@ -293,7 +316,8 @@ def run(model: Path, robot: str, rate_hz: float, policy_rate_hz: float = 0.0, se
         if not autostart(node):
             raise ValueError(f"policy node not started: {node.error}")
         t0 = time.monotonic()
-        spin([node], until=(lambda: time.monotonic() - t0 >= seconds) if seconds else None)
+        until = (lambda: time.monotonic() - t0 >= seconds) if seconds else None
+        spin([node], until=until)
         return node.diagnostics()
     finally:
         node.destroy_node()

@@ -1,0 +1,223 @@
+"""The policy node as real rclpy nodes over FastDDS: refused models, hostile publishers, stale state,
+lifecycle. Everything runs in one EventsExecutor, so timing is on this process's clock."""
+
+from __future__ import annotations
+
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.lifecycle import TransitionCallbackReturn
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import Imu, JointState
+from std_msgs.msg import Float64MultiArray
+
+from deploy.robot import RobotConfig
+from deploy.ros.common import spin, state_qos, wait_until
+from deploy.ros.policy_node import PolicyNode
+
+ROBOT = RobotConfig.load("quadruped")
+NAMES = list(ROBOT.joint_names)
+HOME = np.array([0.0, 0.8, -1.5] * 4)
+RATE = 200.0
+
+
+def policy_node(model: Path, robot: str | Path = "quadruped", autostart: bool = False) -> PolicyNode:
+    return PolicyNode(
+        parameter_overrides=[
+            Parameter("model_path", value=str(model)),
+            Parameter("robot_config", value=str(robot)),
+            Parameter("rate_hz", value=RATE),
+            Parameter("autostart", value=autostart),
+            Parameter("diagnostics_period_s", value=0.2),
+        ]
+    )
+
+
+class RobotSide(Node):
+    """Publishes IMU + JointState at RATE (optionally hostile) and records the commands and diagnostics."""
+
+    def __init__(self) -> None:
+        super().__init__("robot_side")
+        qos = state_qos(True)
+        self.js_pub = self.create_publisher(JointState, "/joint_states", qos)
+        self.imu_pub = self.create_publisher(Imu, "/imu", qos)
+        self.commands: list[tuple[float, np.ndarray]] = []
+        self.diagnostics: list[DiagnosticArray] = []
+        self.create_subscription(Float64MultiArray, "/joint_commands", self._on_cmd, qos)
+        self.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
+        self.stamp = 1_000_000_000
+        self.tick = 0
+        self.hostile = False
+        self.burst = 0  # states per 1 ms tick (10 = 10 kHz)
+        self.publishing = True
+        self.create_timer(1.0 / RATE, self._on_timer)
+        self.create_timer(1e-3, self._on_burst)
+
+    def _on_cmd(self, msg: Float64MultiArray) -> None:
+        self.commands.append((time.monotonic(), np.array(msg.data)))
+
+    def state(self, names=None, pos=None, vel=None, stamp=None) -> JointState:
+        self.stamp += 1_000_000
+        js = JointState(name=list(NAMES if names is None else names))
+        s = self.stamp if stamp is None else stamp
+        js.header.stamp.sec, js.header.stamp.nanosec = divmod(s, 1_000_000_000)
+        q = HOME + 0.05 * math.sin(self.stamp * 1e-9 * 6.0) if pos is None else pos
+        js.position = list(q)
+        js.velocity = list(np.zeros(12) if vel is None else vel)
+        return js
+
+    def imu(self) -> Imu:
+        m = Imu()
+        m.orientation.w = 1.0
+        m.header.stamp.sec, m.header.stamp.nanosec = divmod(self.stamp, 1_000_000_000)
+        return m
+
+    HOSTILE = (
+        lambda self: self.state(pos=HOME[:11], vel=np.zeros(11)),  # wrong length
+        lambda self: self.state(names=NAMES[1:], pos=HOME[1:], vel=np.zeros(11)),  # missing joint
+        lambda self: self.state(pos=np.r_[HOME[:11], np.nan]),  # NaN
+        lambda self: self.state(vel=np.r_[np.zeros(11), np.inf]),  # inf
+        lambda self: self.state(pos=HOME + 1e9),  # huge
+        lambda self: self.state(stamp=self.stamp - 50_000_000),  # out of order
+        lambda self: self.state(stamp=self.stamp),  # duplicated stamp
+    )
+
+    def _on_timer(self) -> None:
+        if not self.publishing or self.burst:
+            return
+        self.tick += 1
+        self.imu_pub.publish(self.imu())
+        if self.hostile and self.tick % 2 == 0:
+            self.js_pub.publish(self.HOSTILE[(self.tick // 2) % len(self.HOSTILE)](self))
+        else:
+            self.js_pub.publish(self.state())
+
+    def _on_burst(self) -> None:
+        for _ in range(self.burst):
+            self.imu_pub.publish(self.imu())
+            self.js_pub.publish(self.state())
+
+
+def run_for(nodes: list[Node], seconds: float) -> None:
+    t0 = time.monotonic()
+    spin(nodes, until=lambda: time.monotonic() - t0 >= seconds)
+
+
+def start(node: PolicyNode, robot: RobotSide) -> None:
+    assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.error
+    assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+    wait_until([node, robot], lambda: len(robot.commands) > 5, "commands from the policy node")
+
+
+def assert_safe(commands: list[tuple[float, np.ndarray]], node: PolicyNode) -> None:
+    limits = ROBOT.safety_limits(node.ctl.spec)
+    lo, hi = np.asarray(limits.lower), np.asarray(limits.upper)
+    values = np.array([c for _, c in commands])
+    assert np.isfinite(values).all()
+    assert (values >= lo - 1e-12).all() and (values <= hi + 1e-12).all()
+    t = np.array([t for t, _ in commands])
+    # consecutive received commands differ by at most the rate limit over the node steps between them
+    allowed = limits.max_rate * (np.diff(t) + 2.0 / RATE)
+    assert (np.abs(np.diff(values, axis=0)).max(axis=1) <= allowed + 1e-9).all()
+
+
+def test_configure_refuses_missing_corrupt_and_foreign_models(ros, exported, tmp_path: Path) -> None:
+    corrupt = tmp_path / "corrupt.onnx"
+    corrupt.write_bytes(b"\x08\x07garbage" * 100)
+    other = yaml.safe_load(Path(ROBOT.path).read_text())
+    other["robot"] = "franka-fr3"
+    other_robot = tmp_path / "fr3.yaml"
+    other_robot.write_text(yaml.safe_dump(other))
+    cases = [
+        (tmp_path / "missing.onnx", "quadruped", "does not exist"),
+        (corrupt, "quadruped", "not a readable ONNX model"),
+        (exported[0], other_robot, "field 'robot'"),
+        (exported[0], tmp_path / "no-such-robot.yaml", "robot config"),
+    ]
+    for model, robot, message in cases:
+        node = policy_node(model, robot)
+        try:
+            assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+            assert message in node.error, node.error
+            assert node.ctl is None and not node._active
+        finally:
+            node.destroy_node()
+
+
+def test_hostile_publisher_never_gets_an_unsafe_command_out(ros, exported) -> None:
+    node, robot = policy_node(exported[0]), RobotSide()
+    nodes = [node, robot]
+    try:
+        start(node, robot)
+        robot.hostile = True
+        run_for(nodes, 1.5)
+        rejected = node.ctl.rejected
+        for reason in (
+            "wrong_length",
+            "missing_joint",
+            "non_finite",
+            "implausible_position",
+            "out_of_order",
+            "duplicate_stamp",
+        ):
+            assert rejected[f"joint_states.{reason}"] > 0, (reason, rejected)
+        # a 10 kHz burst of valid states: the node keeps its rate instead of following the flood
+        robot.hostile, robot.burst = False, 10
+        steps0, t0 = node.steps, time.monotonic()
+        run_for(nodes, 1.0)
+        rate = (node.steps - steps0) / (time.monotonic() - t0)
+        robot.burst = 0
+        run_for(nodes, 0.3)
+        assert 0.8 * RATE <= rate <= 1.1 * RATE, rate
+        assert node.coalesced > 0
+        assert_safe(robot.commands, node)
+        keys = {kv.key for msg in robot.diagnostics for st in msg.status for kv in st.values}
+        assert "rejected.joint_states.non_finite" in keys and "latency_p99_us" in keys
+    finally:
+        for n in nodes:
+            n.destroy_node()
+
+
+def test_stale_state_holds_the_last_safe_command_at_the_node_rate(ros, exported) -> None:
+    node, robot = policy_node(exported[0]), RobotSide()
+    nodes = [node, robot]
+    try:
+        start(node, robot)
+        run_for(nodes, 0.3)
+        robot.publishing = False
+        t_stop = time.monotonic()
+        run_for(nodes, 0.5)
+        late = [c for t, c in robot.commands if t > t_stop + 0.1]
+        assert len(late) >= 0.3 * RATE  # commands keep flowing...
+        assert all(np.array_equal(c, late[0]) for c in late)  # ...and hold still
+        assert node.ctl.filter.interventions["stale_state"] > 0
+        levels = [st.level for msg in robot.diagnostics for st in msg.status if st.name.startswith("policy")]
+        assert levels[-1] == DiagnosticStatus.ERROR  # robot state stale
+        assert_safe(robot.commands, node)
+    finally:
+        for n in nodes:
+            n.destroy_node()
+
+
+def test_lifecycle_deactivate_stops_commanding_and_parameters_are_locked(ros, exported) -> None:
+    node, robot = policy_node(exported[0]), RobotSide()
+    nodes = [node, robot]
+    try:
+        start(node, robot)
+        result = node.set_parameters([Parameter("rate_hz", value=50.0)])[0]
+        assert not result.successful and "deactivate" in result.reason
+        assert node.trigger_deactivate() == TransitionCallbackReturn.SUCCESS
+        run_for(nodes, 0.1)
+        n = len(robot.commands)
+        run_for(nodes, 0.3)
+        assert len(robot.commands) == n  # inactive: nothing more is published
+        assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
+        assert node.set_parameters([Parameter("rate_hz", value=50.0)])[0].successful
+    finally:
+        for n in nodes:
+            n.destroy_node()
