@@ -269,6 +269,7 @@ def demo(
         num_envs: parallel robots.
         profile: task profile; `--profile full --minutes 30` is the omnidirectional, randomised run.
     """
+    import os
     import time
 
     from deploy.onnx_export import export_checkpoint
@@ -288,6 +289,15 @@ def demo(
     )
     onnx_path = run_dir / "policy.onnx"
     ex = export_checkpoint(run_dir, onnx_path, num_obs=200 if quick else 1000)
+    # The whole deployment path: the exported file served by the ROS 2 policy node (safety filter
+    # on) driving the MuJoCo sim bridge in real time, at the evaluation command.
+    from deploy.sim2sim import walk_over_ros
+
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")  # the demo never talks to the LAN
+    command = tuple(ev["per_episode"]["command"][0])
+    walk_s = 3.0 if quick else 10.0
+    ros = walk_over_ros(onnx_path, command=command, seconds=walk_s)
+    play_speed = ev["summary"]["distance_m"] / ev["summary"]["episode_s"]
     s = ev["summary"]
     lines = [
         ("task / profile", f"{s['task']} / {s['profile']} (iteration {s['iteration']})"),
@@ -297,6 +307,19 @@ def demo(
         ("distance walked", f"{s['distance_m']:.2f} m per episode"),
         ("gait", f"stepping {s['stepping_hz']:.2f} Hz, foot slip in contact {s['slip_m_s']:.3f} m/s"),
         ("export parity", f"max abs error {ex['max_abs_error']:.2e} over {ex['num_obs']} observations"),
+        (
+            "ROS 2 sim-to-sim",
+            f"{ros.distance_m:.2f} m in {walk_s:.0f} s ({ros.distance_m / walk_s:.2f} m/s; play "
+            f"{play_speed:.2f} m/s), {'fell' if ros.fell else 'no fall'}, "
+            f"velocity error {ros.lin_vel_error_m_s:.3f} m/s",
+        ),
+        (
+            "policy node",
+            f"{ros.policy['mean_rate_hz']:.0f} Hz (asked {ros.policy['rate_hz']:.0f}), step latency p50/p99 "
+            f"{ros.policy['latency_p50_us']:.0f}/{ros.policy['latency_p99_us']:.0f} µs, "
+            f"{ros.policy['deadline_misses']} deadline misses, bridge real-time factor "
+            f"{ros.bridge['real_time_factor']:.3f}",
+        ),
         ("artefacts", f"{onnx_path}, {run_dir / 'rollout.mp4'}, {ev['report']}, {run_dir / 'training_curves.png'}"),
         ("wall time", f"{(time.monotonic() - t0) / 60:.1f} min"),
     ]

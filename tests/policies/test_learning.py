@@ -2,7 +2,8 @@
 
 Each trains through the CLI on a wall-clock budget, then evaluates 32 seeded 20 s episodes with
 `reflexlab play`'s code path, and checks tracking, falls and gait quality together: a shuffling
-gait fails whatever its tracking error.
+gait fails whatever its tracking error. The fast run is then walked over ROS 2 (sim bridge +
+policy node, real time) and must match in-process play within 10%.
 """
 
 from pathlib import Path
@@ -29,6 +30,13 @@ def test_fast_bar_forward_walk_in_10_minutes(tmp_path: Path) -> None:
     assert s["lin_vel_error_m_s"] <= 0.1, s
     assert s["no_fall_rate"] >= 0.95, s
     _check_gait(s)
+    # the same policy, exported, served by the ROS 2 policy node on the MuJoCo sim bridge
+    from deploy.sim2sim import compare_with_play
+
+    c = compare_with_play(run, command=(0.5, 0.0, 0.0), seconds=10.0, episodes=8)
+    assert not c["ros_fell"], c
+    assert 0.9 <= c["distance_ratio"] <= 1.1, c
+    assert abs(c["ros_mean_forward_speed_m_s"] / c["play_mean_speed_m_s"] - 1) <= 0.1, c
 
 
 @pytest.mark.slow

@@ -1,0 +1,42 @@
+"""The README's main job and the serving commands, run as a user runs them (the installed entry point)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REFLEXLAB = shutil.which("reflexlab") or str(Path(sys.executable).with_name("reflexlab"))
+
+
+def run(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run([REFLEXLAB, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def test_demo_quick_trains_exports_and_walks_over_ros(tmp_path: Path) -> None:
+    r = run("demo", "--quick", "--run-dir", str(tmp_path / "demo"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "ROS 2 sim-to-sim" in r.stdout and "policy node" in r.stdout
+    assert (tmp_path / "demo" / "policy.onnx").is_file()
+
+
+def test_serve_refuses_a_missing_model_with_a_one_line_error(tmp_path: Path) -> None:
+    r = run("serve", "--model", str(tmp_path / "nope.onnx"), "--seconds", "1", cwd=tmp_path, timeout=120)
+    assert r.returncode == 2
+    assert "reflexlab: error: policy node not started" in r.stderr and "does not exist" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bench_serve_quick_reports_every_rate(exported, tmp_path: Path) -> None:
+    r = run(
+        "bench", "serve", "--model", str(exported[0]), "--rates", "200", "--seconds", "2", "--json",
+        "--out-dir", str(tmp_path), cwd=tmp_path, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    assert m["rate_200_commands_received"] > 0.5 * 200 * 2
+    assert 100 < m["rate_200_achieved_hz"] < 220
+    assert 0 < m["rate_200_latency_p50_us"] <= m["rate_200_latency_p99_us"]
+    assert (tmp_path / "serve_latency.png").is_file() and (tmp_path / "serve.json").is_file()
