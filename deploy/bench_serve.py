@@ -41,6 +41,7 @@ def bench_serve(
 
     import deploy.ros  # noqa: F401
     from deploy.robot import resolve_robot_config
+    from deploy.ros.common import clean_shared_memory
 
     out_dir.mkdir(parents=True, exist_ok=True)
     # The same robot, but commands as JointTrajectory: it carries the answered state's stamp.
@@ -62,6 +63,7 @@ def bench_serve(
             "-p", f"rate_hz:={float(rate)}", "-p", f"policy_rate_hz:={float(rate)}",
             "--log-level", "warn",
         ]  # fmt: skip
+        clean_shared_memory()  # zombie segments from earlier killed runs slow DDS down
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             res = _load(cfg, rate, duration, psutil.Process(proc.pid), proc)

