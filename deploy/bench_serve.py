@@ -142,12 +142,12 @@ def _load(cfg: dict, rate: int, duration: float, node_proc: Any, proc: subproces
         imu.orientation.w = 1.0
 
         def publish() -> None:
-            now = time.time_ns()
-            imu.header.stamp.sec, imu.header.stamp.nanosec = divmod(now, 1_000_000_000)
-            js.header.stamp = imu.header.stamp
+            imu.header.stamp.sec, imu.header.stamp.nanosec = divmod(time.time_ns(), 1_000_000_000)
+            imu_pub.publish(imu)
             js.position = (default + 0.01 * rng.standard_normal(len(names))).tolist()
             js.velocity = (0.1 * rng.standard_normal(len(names))).tolist()
-            imu_pub.publish(imu)
+            now = time.time_ns()  # the round trip starts when the joint state leaves
+            js.header.stamp.sec, js.header.stamp.nanosec = divmod(now, 1_000_000_000)
             js_pub.publish(js)
             sent.append(now)
 

@@ -40,22 +40,30 @@ def command_msg_type(robot: RobotConfig) -> type:
     return JointTrajectory if robot.command_type == "joint_trajectory" else Float64MultiArray
 
 
-def make_command(robot: RobotConfig, positions: np.ndarray, stamp: Time, period_s: float) -> object:
-    """A joint-position command in the robot config's message type.
+class CommandWriter:
+    """Fills one pre-built command message per step (the robot config's type) instead of building one.
 
     A JointTrajectory names the joints and carries the stamp of the state it was computed from,
-    so the receiver can measure state-to-command latency.
+    so the receiver can measure state-to-command latency. Reusing the message saves ~tens of µs a
+    step at 1 kHz (rclpy message construction and the joint-name list).
     """
-    if robot.command_type == "joint_trajectory":
-        msg = JointTrajectory()
-        msg.header.stamp = stamp
-        msg.joint_names = list(robot.joint_names)
-        point = JointTrajectoryPoint()
-        point.positions = positions.tolist()
-        point.time_from_start.nanosec = int(period_s * 1e9)
-        msg.points = [point]
-        return msg
-    return Float64MultiArray(data=positions.tolist())
+
+    def __init__(self, robot: RobotConfig, period_s: float) -> None:
+        if robot.command_type == "joint_trajectory":
+            self.msg = JointTrajectory(joint_names=list(robot.joint_names))
+            point = JointTrajectoryPoint()
+            point.time_from_start.nanosec = int(period_s * 1e9)
+            self.msg.points = [point]
+        else:
+            self.msg = Float64MultiArray()
+
+    def __call__(self, positions: np.ndarray, stamp: Time) -> object:
+        if isinstance(self.msg, JointTrajectory):
+            self.msg.header.stamp = stamp
+            self.msg.points[0].positions = positions.tolist()
+        else:
+            self.msg.data = positions.tolist()
+        return self.msg
 
 
 def read_command(robot: RobotConfig, msg: object) -> np.ndarray:

@@ -31,7 +31,7 @@ from sensor_msgs.msg import Imu, JointState
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from deploy.controller import PolicyController, StateRejected
 from deploy.robot import RobotConfig
-from deploy.ros.common import command_msg_type, make_command, spin, stamp_ns, state_qos
+from deploy.ros.common import CommandWriter, command_msg_type, spin, stamp_ns, state_qos
 from deploy.runner import OnnxPolicy
 from deploy.timing import LatencyWindow, TokenBucket
 
@@ -82,6 +82,7 @@ class PolicyNode(LifecycleNode):
         self.bucket = TokenBucket(self.rate_hz)
         r, qos = self.robot, state_qos(self.robot.best_effort)
         self._cmd_type = command_msg_type(r)
+        self._command = CommandWriter(r, self.period)
         self._pub = self.create_lifecycle_publisher(self._cmd_type, r.topics.joint_command, qos)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self._entities = [
@@ -118,7 +119,7 @@ class PolicyNode(LifecycleNode):
         self._fill = self._watchdog = None
         if self.ctl is not None and self.ctl.armed:  # one last command: hold the last safe target
             last = self.ctl.filter.last_command
-            self._pub.publish(make_command(self.robot, last, self.get_clock().now().to_msg(), self.period))
+            self._pub.publish(self._command(last, self.get_clock().now().to_msg()))
             self.get_logger().info("deactivated: holding the last safe command")
         return super().on_deactivate(state)
 
@@ -209,7 +210,7 @@ class PolicyNode(LifecycleNode):
         cmd = self.ctl.step(t_trigger)
         if cmd is None:  # not armed: no fresh state yet, nothing safe to command
             return
-        self._pub.publish(make_command(self.robot, cmd, self._stamp, self.period))
+        self._pub.publish(self._command(cmd, self._stamp))
         done = time.monotonic()
         latency = done - t_trigger
         self.latency.add(latency)
