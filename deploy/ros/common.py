@@ -139,3 +139,28 @@ def clean_shared_memory() -> str:
     env = dict(os.environ, PATH=f"{tool.parent}{os.pathsep}{os.environ.get('PATH', '')}")  # its python: ours
     result = subprocess.run([str(tool), "shm", "clean"], capture_output=True, text=True, env=env, timeout=60)
     return result.stdout.strip()
+
+
+def run_node(
+    factory: Callable[..., Node],
+    parameters: dict[str, object],
+    seconds: float | None = None,
+    start: Callable[[Node], None] | None = None,
+) -> dict:
+    """Run one node in its own rclpy context until Ctrl-C or ``seconds``; returns its ``diagnostics()``.
+
+    What `reflexlab serve` and `reflexlab sim-bridge` share; ``start`` may refuse by raising.
+    """
+    from rclpy.parameter import Parameter
+
+    rclpy.init()
+    node = factory(parameter_overrides=[Parameter(k, value=v) for k, v in parameters.items()])
+    try:
+        if start is not None:
+            start(node)
+        t0 = time.monotonic()
+        spin([node], until=(lambda: time.monotonic() - t0 >= seconds) if seconds else None)
+        return node.diagnostics()
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()

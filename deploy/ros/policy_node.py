@@ -31,7 +31,7 @@ from sensor_msgs.msg import Imu, JointState
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from deploy.controller import PolicyController, StateRejected
 from deploy.robot import RobotConfig
-from deploy.ros.common import CommandWriter, command_msg_type, spin, stamp_ns, state_qos
+from deploy.ros.common import CommandWriter, command_msg_type, run_node, spin, stamp_ns, state_qos
 from deploy.runner import OnnxPolicy
 from deploy.timing import LatencyWindow, TokenBucket
 
@@ -307,22 +307,18 @@ def run(
     seconds: float | None = None,
 ) -> dict:
     """Serve until Ctrl-C (or ``seconds``); returns the final diagnostics. `reflexlab serve` calls this."""
-    from rclpy.parameter import Parameter
 
-    rclpy.init()
-    overrides = {"model_path": str(model), "robot_config": str(robot), "rate_hz": float(rate_hz)}
-    overrides["policy_rate_hz"] = float(policy_rate_hz)
-    node = PolicyNode(parameter_overrides=[Parameter(k, value=v) for k, v in overrides.items()])
-    try:
+    def start(node: PolicyNode) -> None:
         if not autostart(node):
             raise ValueError(f"policy node not started: {node.error}")
-        t0 = time.monotonic()
-        until = (lambda: time.monotonic() - t0 >= seconds) if seconds else None
-        spin([node], until=until)
-        return node.diagnostics()
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+
+    parameters = {
+        "model_path": str(model),
+        "robot_config": str(robot),
+        "rate_hz": float(rate_hz),
+        "policy_rate_hz": float(policy_rate_hz),
+    }
+    return run_node(PolicyNode, parameters, seconds, start)
 
 
 def main(argv: list[str] | None = None) -> None:

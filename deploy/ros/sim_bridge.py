@@ -25,7 +25,7 @@ from sensor_msgs.msg import Imu, JointState
 
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from deploy.robot import RobotConfig
-from deploy.ros.common import command_msg_type, read_command, spin, state_qos
+from deploy.ros.common import command_msg_type, read_command, run_node, spin, state_qos
 from deploy.sim_robot import SimRobot
 
 PARAMETERS: dict[str, object] = {
@@ -202,10 +202,7 @@ def run(
     seconds: float | None = None,
 ) -> dict:
     """Run until Ctrl-C (or ``seconds``); returns the final diagnostics. `reflexlab sim-bridge` calls this."""
-    from rclpy.parameter import Parameter
-
-    rclpy.init()
-    values = {
+    parameters = {
         "task": task,
         "robot_config": str(robot),
         "publish_rate_hz": float(publish_rate_hz),
@@ -213,14 +210,7 @@ def run(
         "watchdog_mode": watchdog_mode,
         "publish_clock": bool(publish_clock),
     }
-    node = SimBridge(parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
-    try:
-        t0 = time.monotonic()
-        spin([node], until=(lambda: time.monotonic() - t0 >= seconds) if seconds else None)
-        return node.diagnostics()
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    return run_node(SimBridge, parameters, seconds)
 
 
 def main(argv: list[str] | None = None) -> None:
