@@ -7,7 +7,8 @@ free of ROS so that a real-robot env or a test drives exactly the same logic. Pe
    hold/damp mode, whatever the policy would say;
 2. runs the policy at the *model's* control rate (a policy trained at 50 Hz is evaluated at 50 Hz,
    with its last action and gait clock advancing as in training), however fast the node steps;
-3. passes the target through the always-on `SafetyFilter` (limits, rate, NaN guard).
+3. passes the target through the always-on `SafetyFilter` (limits, rate, NaN guard); between
+   policy steps the filtered command holds, as the trained policy's targets did.
 
 Every state message is validated before it can reach the policy: a wrong length, a missing joint,
 NaN/inf, an implausible value, an out-of-order or duplicated stamp is rejected and counted by
@@ -65,8 +66,16 @@ class PolicyController:
         if not 0 < self.policy_rate_hz <= self.rate_hz:
             raise ValueError(f"policy rate {self.policy_rate_hz} Hz must be in (0, node rate {self.rate_hz} Hz]")
         s = robot.safety
-        self.filter = SafetyFilter(robot.safety_limits(self.spec), rate_hz, s.stale_after_periods, s.stale_mode)
         self.stale_after_s = s.stale_after_periods / self.rate_hz
+        # Targets change once per policy period, so the rate limit budgets max_rate per policy period
+        # (as training saw them: one step per period, no ramp; a ramp at the node rate changed the
+        # sim-to-sim gait measurably). Between policy steps the command holds.
+        self.filter = SafetyFilter(
+            robot.safety_limits(self.spec),
+            self.policy_rate_hz,
+            stale_mode=s.stale_mode,
+            stale_after_s=self.stale_after_s,
+        )
         self.n = len(robot.joint_names)
         self.offset = np.asarray(self.spec.action.offset, dtype=np.float64)
         self.lower = np.asarray(robot.joint_lower) - s.position_margin
@@ -87,7 +96,6 @@ class PolicyController:
         self._command = np.zeros(3)
         self._command_t = -math.inf
         self._last_action = np.zeros(self.spec.action.size, dtype=np.float32)
-        self._target: np.ndarray | None = None
         self._t0: float | None = None
         self._next_infer = 0.0
 
@@ -171,14 +179,15 @@ class PolicyController:
                 return None  # nothing safe to command yet: we do not know where the robot is
             self.filter.reset(self._joints.value[0])
             self._t0 = self._next_infer = t
-        fresh = age <= self.stale_after_s
-        target = self._target if fresh else None
-        if fresh and t >= self._next_infer - 0.5 / self.rate_hz:
-            target = self._infer(t)
-            self._next_infer += 1.0 / self.policy_rate_hz
-            if self._next_infer < t:  # fell behind (e.g. state was stale): restart the schedule
-                self._next_infer = t + 1.0 / self.policy_rate_hz
         measured = self._joints.value[0] if self._joints is not None else None
+        if not age <= self.stale_after_s:
+            return self.filter(None, age, measured)  # hold or damp
+        if t < self._next_infer - 0.5 / self.rate_hz:
+            return self.filter.last_command  # between policy steps the command holds
+        target = self._infer(t)
+        self._next_infer += 1.0 / self.policy_rate_hz
+        if self._next_infer < t:  # fell behind (e.g. state was stale): restart the schedule
+            self._next_infer = t + 1.0 / self.policy_rate_hz
         return self.filter(target, age, measured)
 
     def observation_terms(self, t: float) -> dict[str, np.ndarray]:
@@ -203,9 +212,8 @@ class PolicyController:
         action = self.policy.act(self.policy.assemble(terms))
         self.inferences += 1
         target = self.policy.joint_targets(action)
-        if np.isfinite(action).all():  # else the filter holds this step; later steps keep the last good target
+        if np.isfinite(action).all():  # else the filter rejects it and holds
             self._last_action = action
-            self._target = target
         return target
 
     # --- helpers --------------------------------------------------------------------------------

@@ -57,10 +57,17 @@ class SafetyFilter:
         rate_hz: the rate at which `__call__` is invoked (one call per control period).
         stale_after_periods: state older than this many periods counts as stale.
         stale_mode: what to command while the state is stale or the policy output is unusable.
+        stale_after_s: the staleness threshold in seconds, when the state arrives at another rate
+            than ``rate_hz`` (a policy node steps at its control rate, targets change at the policy's).
     """
 
     def __init__(
-        self, limits: SafetyLimits, rate_hz: float, stale_after_periods: float = 3.0, stale_mode: StaleMode = "hold"
+        self,
+        limits: SafetyLimits,
+        rate_hz: float,
+        stale_after_periods: float = 3.0,
+        stale_mode: StaleMode = "hold",
+        stale_after_s: float | None = None,
     ) -> None:
         if stale_mode not in ("hold", "damp"):
             raise ValueError(f"stale_mode must be 'hold' or 'damp', got {stale_mode!r}")
@@ -68,7 +75,7 @@ class SafetyFilter:
         self.lower = np.asarray(limits.lower, dtype=np.float64)
         self.upper = np.asarray(limits.upper, dtype=np.float64)
         self.max_step = limits.max_rate / rate_hz
-        self.stale_after_s = stale_after_periods / rate_hz
+        self.stale_after_s = stale_after_s if stale_after_s is not None else stale_after_periods / rate_hz
         self.stale_mode = stale_mode
         self.interventions: Counter[str] = Counter()
         self._last: np.ndarray | None = None

@@ -121,8 +121,8 @@ def assert_safe(commands: list[tuple[float, np.ndarray]], node: PolicyNode) -> N
     assert np.isfinite(values).all()
     assert (values >= lo - 1e-12).all() and (values <= hi + 1e-12).all()
     t = np.array([t for t, _ in commands])
-    # consecutive received commands differ by at most the rate limit over the node steps between them
-    allowed = limits.max_rate * (np.diff(t) + 2.0 / RATE)
+    # targets move once per policy period by at most the rate limit's budget for that period
+    allowed = limits.max_rate * (np.diff(t) + 1.0 / node.ctl.policy_rate_hz)
     assert (np.abs(np.diff(values, axis=0)).max(axis=1) <= allowed + 1e-9).all()
 
 
