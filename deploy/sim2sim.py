@@ -132,7 +132,8 @@ def compare_with_play(
         "play_lin_vel_error_m_s": play["lin_vel_error_m_s"],
         "ros_lin_vel_error_m_s": ros.lin_vel_error_m_s,
         "play_mean_speed_m_s": play_speed,
-        "ros_mean_forward_speed_m_s": ros.mean_forward_speed_m_s,
+        "ros_mean_speed_m_s": ros.distance_m / seconds,  # as play's: distance over the episode
+        "ros_forward_speed_after_warmup_m_s": ros.mean_forward_speed_m_s,
         "play_no_fall_rate": play["no_fall_rate"],
         "ros_fell": int(ros.fell),
         "ros_mean_rate_hz": ros.policy["mean_rate_hz"],

@@ -36,7 +36,8 @@ def test_fast_bar_forward_walk_in_10_minutes(tmp_path: Path) -> None:
     c = compare_with_play(run, command=(0.5, 0.0, 0.0), seconds=10.0, episodes=8)
     assert not c["ros_fell"], c
     assert 0.9 <= c["distance_ratio"] <= 1.1, c
-    assert abs(c["ros_mean_forward_speed_m_s"] / c["play_mean_speed_m_s"] - 1) <= 0.1, c
+    assert abs(c["ros_mean_speed_m_s"] / c["play_mean_speed_m_s"] - 1) <= 0.1, c
+    assert abs(c["ros_lin_vel_error_m_s"] / c["play_lin_vel_error_m_s"] - 1) <= 0.1, c
 
 
 @pytest.mark.slow
