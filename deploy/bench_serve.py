@@ -64,9 +64,11 @@ def bench_serve(
             "--log-level", "warn",
         ]  # fmt: skip
         clean_shared_memory()  # zombie segments from earlier killed runs slow DDS down
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        log_path = out_dir / f"serve_node_{rate}hz.log"  # a file, not a pipe: a full pipe would stall the node
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            res = _load(cfg, rate, duration, psutil.Process(proc.pid), proc)
+            res = _load(cfg, rate, duration, psutil.Process(proc.pid), proc, log_path)
         finally:
             proc.send_signal(2)
             try:
@@ -108,7 +110,9 @@ def bench_serve(
     return metrics
 
 
-def _load(cfg: dict, rate: int, duration: float, node_proc: Any, proc: subprocess.Popen) -> dict[str, Any]:
+def _load(
+    cfg: dict, rate: int, duration: float, node_proc: Any, proc: subprocess.Popen, log_path: Path
+) -> dict[str, Any]:
     """Publish states at ``rate`` for WARMUP_S + ``duration`` and collect the answering commands."""
     import rclpy
     from sensor_msgs.msg import Imu, JointState
@@ -153,7 +157,7 @@ def _load(cfg: dict, rate: int, duration: float, node_proc: Any, proc: subproces
 
         def ready() -> bool:
             if proc.poll() is not None:
-                raise RuntimeError(f"policy node exited ({proc.returncode}): {proc.stderr.read()[-2000:]}")
+                raise RuntimeError(f"policy node exited ({proc.returncode}): {log_path.read_text()[-2000:]}")
             return js_pub.get_subscription_count() > 0 and imu_pub.get_subscription_count() > 0 and sub_matched()
 
         wait_until([node], ready, "the policy node to subscribe", timeout_s=30.0)

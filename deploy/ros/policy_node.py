@@ -15,6 +15,7 @@ latency percentiles, deadline misses, safety interventions and rejected messages
 
 from __future__ import annotations
 
+import gc
 import sys
 import time
 from collections import Counter
@@ -108,6 +109,11 @@ class PolicyNode(LifecycleNode):
         self._fill = self.create_timer(self.period, self._on_fill)
         self._watchdog = self.create_timer(self.ctl.stale_after_s, self._on_watchdog)
         self._active = True
+        # Everything allocated so far (model, rclpy, numpy) is long-lived: move it out of the cyclic
+        # GC's sight so collections triggered by per-message allocations stay short (~8 % of the
+        # node's CPU at 1 kHz went to gc_collect_main before).
+        gc.collect()
+        gc.freeze()
         self.get_logger().info("active: commanding from the next fresh state")
         return super().on_activate(state)
 
