@@ -5,7 +5,10 @@ state: the worst case) while this process publishes IMU + JointState at that rat
 the commands. A JointTrajectory command carries the stamp of the state it answers, so the round
 trip (state published → command received) is measured on one clock per state. Reported per
 rate: achieved command rate, round-trip p50/p99/p99.9, deadline misses (a state whose command
-came later than one period, or never), CPU use of the node process.
+came later than one period, or never), CPU use of the node process — and, in the same run, the
+same figures for a bare rclpy echo process (same topics, QoS and executor; no validation, policy
+or safety): the floor this machine's DDS and Python set, so the node's own cost reads as a
+difference rather than against a number measured on another day.
 """
 
 from __future__ import annotations
@@ -37,11 +40,8 @@ def bench_serve(
     table: bool = True,
     out_dir: Path = Path("runs/bench"),
 ) -> dict[str, Any]:
-    import psutil
-
     import deploy.ros  # noqa: F401
     from deploy.robot import resolve_robot_config
-    from deploy.ros.common import clean_shared_memory
 
     out_dir.mkdir(parents=True, exist_ok=True)
     # The same robot, but commands as JointTrajectory: it carries the answered state's stamp.
@@ -57,32 +57,32 @@ def bench_serve(
     rows = []
     for rate in rates:
         duration = seconds or (3.0 if quick else DEFAULT_SECONDS.get(rate, 20.0))
-        cmd = [
+        node_cmd = [
             sys.executable, "-m", "deploy.ros.policy_node", "--ros-args",
             "-p", f"model_path:={Path(model).resolve()}", "-p", f"robot_config:={robot_file}",
             "-p", f"rate_hz:={float(rate)}", "-p", f"policy_rate_hz:={float(rate)}",
             "--log-level", "warn",
         ]  # fmt: skip
-        clean_shared_memory()  # zombie segments from earlier killed runs slow DDS down
-        log_path = out_dir / f"serve_node_{rate}hz.log"  # a file, not a pipe: a full pipe would stall the node
-        with log_path.open("w") as log:
-            proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            res = _load(cfg, rate, duration, psutil.Process(proc.pid), proc, log_path)
-        finally:
-            proc.send_signal(2)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        # The floor of this machine in the same run: a bare rclpy echo (same topics, QoS and
+        # executor, no validation, policy or safety) answering each joint state at once.
+        echo_cmd = [sys.executable, "-m", "deploy.bench_serve", str(robot_file)]
+        echo = _measure(echo_cmd, cfg, rate, min(duration, 10.0), env, out_dir / f"serve_echo_{rate}hz.log")
+        res = _measure(node_cmd, cfg, rate, duration, env, out_dir / f"serve_node_{rate}hz.log")
         latencies[rate] = res.pop("latencies_us")
+        echo.pop("latencies_us")
         metrics.update({f"rate_{rate}_{k}": v for k, v in res.items()})
+        metrics.update(
+            {f"rate_{rate}_echo_{k}": echo[k] for k in ("latency_p50_us", "latency_p99_us", "latency_p999_us")}
+        )
+        metrics[f"rate_{rate}_echo_deadline_miss_fraction"] = echo["deadline_miss_fraction"]
         rows.append(
             (
                 f"{rate} Hz",
                 f"{res['achieved_hz']:.1f}",
                 f"{res['latency_p50_us']:.0f} / {res['latency_p99_us']:.0f} / {res['latency_p999_us']:.0f}",
-                f"{res['deadline_miss_fraction']:.2%} ({res['deadline_misses']})",
+                f"{echo['latency_p50_us']:.0f} / {echo['latency_p99_us']:.0f} / {echo['latency_p999_us']:.0f}",
+                f"{res['deadline_miss_fraction']:.2%} ({res['deadline_misses']}); "
+                f"echo {echo['deadline_miss_fraction']:.2%}",
                 f"{res['node_cpu_percent']:.0f}%",
                 f"{res['seconds']:.0f} s",
             )
@@ -103,11 +103,66 @@ def bench_serve(
         print_table(
             "bench serve — policy node under a JointState load (cross-process, FastDDS, EventsExecutor)",
             rows,
-            ("rate", "achieved Hz", "round trip p50/p99/p99.9 µs", "deadline misses", "node CPU", "measured"),
+            (
+                "rate",
+                "achieved Hz",
+                "round trip p50/p99/p99.9 µs",
+                "bare echo (floor) µs",
+                "deadline misses",
+                "node CPU",
+                "measured",
+            ),
         )
         print(f"latency histogram: {plot}")
     write_json(metrics, out_dir, "serve")
     return metrics
+
+
+def _measure(cmd: list[str], cfg: dict, rate: int, duration: float, env: dict, log_path: Path) -> dict[str, Any]:
+    """Start ``cmd`` (a node answering joint states), load it at ``rate`` and stop it with SIGINT."""
+    import psutil
+
+    from deploy.ros.common import clean_shared_memory
+
+    clean_shared_memory()  # zombie segments from earlier killed runs slow DDS down
+    with log_path.open("w") as log:  # a file, not a pipe: a full pipe would stall the node
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        return _load(cfg, rate, duration, psutil.Process(proc.pid), proc, log_path)
+    finally:
+        proc.send_signal(2)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _echo(robot_file: str) -> None:
+    """The baseline: answer every joint state with a JointTrajectory carrying its stamp, nothing else."""
+    import rclpy
+    from sensor_msgs.msg import Imu, JointState
+    from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
+
+    from deploy.ros.common import spin, state_qos
+
+    cfg = yaml.safe_load(Path(robot_file).read_text())
+    topics = cfg.get("topics", {})
+    rclpy.init()
+    node = rclpy.create_node("serve_echo")
+    qos = state_qos(cfg.get("best_effort", True))
+    pub = node.create_publisher(JointTrajectory, topics.get("joint_command", "/joint_commands"), qos)
+    out = JointTrajectory(joint_names=list(cfg["joints"]["names"]), points=[JointTrajectoryPoint()])
+
+    def answer(msg: JointState) -> None:
+        out.header.stamp = msg.header.stamp
+        out.points[0].positions = msg.position
+        pub.publish(out)
+
+    node.create_subscription(JointState, topics.get("joint_states", "/joint_states"), answer, qos)
+    node.create_subscription(Imu, topics.get("imu", "/imu"), lambda msg: None, qos)
+    spin([node])
+    node.destroy_node()
+    rclpy.try_shutdown()
 
 
 def _load(
@@ -232,3 +287,9 @@ def _plot(latencies: dict[int, np.ndarray], path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+if __name__ == "__main__":  # the bare echo baseline process: python -m deploy.bench_serve ROBOT_YAML
+    import deploy.ros  # noqa: F401
+
+    _echo(sys.argv[1])

@@ -39,4 +39,5 @@ def test_bench_serve_quick_reports_every_rate(exported, tmp_path: Path) -> None:
     assert m["rate_200_commands_received"] > 0.5 * 200 * 2
     assert 100 < m["rate_200_achieved_hz"] < 220
     assert 0 < m["rate_200_latency_p50_us"] <= m["rate_200_latency_p99_us"]
+    assert 0 < m["rate_200_echo_latency_p50_us"] <= m["rate_200_echo_latency_p99_us"]  # the same-run floor
     assert (tmp_path / "serve_latency.png").is_file() and (tmp_path / "serve.json").is_file()
