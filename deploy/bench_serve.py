@@ -1,14 +1,15 @@
 """`reflexlab bench serve`: the policy node under load, cross-process, over real ROS 2.
 
-For each rate, a fresh policy-node process serves the exported policy (evaluating it on *every*
-state: the worst case) while this process publishes IMU + JointState at that rate and receives
-the commands. A JointTrajectory command carries the stamp of the state it answers, so the round
-trip (state published → command received) is measured on one clock per state. Reported per
-rate: achieved command rate, round-trip p50/p99/p99.9, deadline misses (a state whose command
-came later than one period, or never), CPU use of the node process — and, in the same run, the
-same figures for a bare rclpy echo process (same topics, QoS and executor; no validation, policy
-or safety): the floor this machine's DDS and Python set, so the node's own cost reads as a
-difference rather than against a number measured on another day.
+For each rate, a fresh policy-node process serves the exported policy (at the model's control
+rate, as deployed; or on every state with ``--inference-every-state``, the worst case) while this
+process publishes IMU + JointState at that rate and receives the commands. A JointTrajectory
+command carries the stamp of the state it answers, so the round trip (state published → command
+received) is measured on one clock per state. Reported per rate: achieved command rate, round-trip
+p50/p99/p99.9, deadline misses (a state whose command came later than one period, or never), CPU
+use of the node process — and, in the same run, the same figures for a bare rclpy echo process
+(same topics, QoS and executor; no validation, policy or safety): the floor this machine's DDS and
+Python set, so the node's own cost reads as a difference rather than against a number measured on
+another day.
 """
 
 from __future__ import annotations
@@ -39,7 +40,13 @@ def bench_serve(
     quick: bool = False,
     table: bool = True,
     out_dir: Path = Path("runs/bench"),
+    inference_every_state: bool = False,
 ) -> dict[str, Any]:
+    """Run the load at each rate against the node and against the bare echo; see the module docstring.
+
+    ``inference_every_state`` evaluates the policy on every state (the worst case) instead of at
+    the model's control rate (how the node is deployed: 50 Hz for the quadruped).
+    """
     import deploy.ros  # noqa: F401
     from deploy.robot import resolve_robot_config
 
@@ -60,7 +67,8 @@ def bench_serve(
         node_cmd = [
             sys.executable, "-m", "deploy.ros.policy_node", "--ros-args",
             "-p", f"model_path:={Path(model).resolve()}", "-p", f"robot_config:={robot_file}",
-            "-p", f"rate_hz:={float(rate)}", "-p", f"policy_rate_hz:={float(rate)}",
+            "-p", f"rate_hz:={float(rate)}",
+            "-p", f"policy_rate_hz:={float(rate) if inference_every_state else 0.0}",
             "--log-level", "warn",
         ]  # fmt: skip
         # The floor of this machine in the same run: a bare rclpy echo (same topics, QoS and
@@ -95,7 +103,7 @@ def bench_serve(
                 "model": str(model),
                 "robot": robot,
                 "rates": list(rates),
-                "inference_every_state": True,
+                "inference_every_state": inference_every_state,
             },
         }
     )

@@ -158,6 +158,7 @@ def bench(
     quick: bool = False,
     json_only: Annotated[bool, tyro.conf.arg(name="json")] = False,
     out_dir: Path = Path("runs/bench"),
+    inference_every_state: bool = False,
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
 
@@ -175,6 +176,7 @@ def bench(
         quick: a CI-sized run of the same code path.
         json_only: print only the JSON line.
         out_dir: where the JSON and plots are written.
+        inference_every_state: evaluate the policy on every state instead of at the model's rate (serve).
     """
     if what == "sim":
         from policies.bench_sim import bench_sim
@@ -184,7 +186,9 @@ def bench(
         from deploy.bench_serve import bench_serve
 
         _require(model, "an exported policy (reflexlab export, or make demo)")
-        metrics = bench_serve(model, robot, rates, seconds, quick=quick, table=not json_only, out_dir=out_dir)
+        metrics = bench_serve(
+            model, robot, rates, seconds, quick, not json_only, out_dir, inference_every_state=inference_every_state
+        )
     else:
         from deploy.sim2sim import compare_with_play
         from reflexlab.bench import machine, print_table, write_json
