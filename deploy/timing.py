@@ -1,13 +1,11 @@
-"""Small real-time helpers the serving loop and its benchmark share: a token bucket that bounds the
-control rate, a fixed-size latency window with percentiles, and a precise sleep.
+"""Small real-time helpers of the serving loop: a token bucket that bounds the control rate and a
+fixed-size latency window with percentiles.
 
 Kept free of ROS so that they have their own tests (as diffusion_policy does with its precise
 sleep and ring buffers).
 """
 
 from __future__ import annotations
-
-import time
 
 import numpy as np
 
@@ -55,12 +53,3 @@ class LatencyWindow:
     def percentiles(self, qs: tuple[float, ...] = (50, 99, 99.9)) -> list[float]:
         v = self.values()
         return [float("nan")] * len(qs) if v.size == 0 else [float(x) for x in np.percentile(v, qs)]
-
-
-def precise_sleep_until(deadline: float, spin_s: float = 2e-4) -> None:
-    """Sleep until ``time.perf_counter() >= deadline``: OS sleep, then a short spin for the last bit."""
-    remaining = deadline - time.perf_counter()
-    if remaining > spin_s:
-        time.sleep(remaining - spin_s)
-    while time.perf_counter() < deadline:
-        pass

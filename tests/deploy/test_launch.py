@@ -96,6 +96,7 @@ def test_every_launch_file_is_valid_against_the_installed_package(launch_file: P
     assert nodes, "a launch file that starts no node"
     for node in nodes:
         assert node.package == PACKAGE
+        assert node.parameter_files and all(f.is_file() for f in node.parameter_files)
 
 
 def test_the_checker_catches_what_ros2_launch_would_trip_over(tmp_path: Path, share_dir, declared) -> None:

@@ -173,7 +173,7 @@ def test_hostile_publisher_never_gets_an_unsafe_command_out(ros, exported) -> No
         rate = (node.steps - steps0) / (time.monotonic() - t0)
         robot.burst = 0
         run_for(nodes, 0.3)
-        assert 0.8 * RATE <= rate <= 1.1 * RATE, rate
+        assert 0.8 * RATE <= rate <= 1.15 * RATE, rate  # the bucket admits rate_hz + 10 %
         assert node.coalesced > 0
         assert_safe(robot.commands, node)
         keys = {kv.key for msg in robot.diagnostics for st in msg.status for kv in st.values}
