@@ -16,6 +16,11 @@ from reflexlab.spec import Spec
 
 INPUT_NAME = "obs"
 OUTPUT_NAME = "action"
+# Generators (Spec.is_generator): obs (batch, observation_horizon, obs_size) oldest first, noise
+# (batch, action_chunk, action_size) ~ N(0, I) → action_chunk (batch, action_chunk, action_size),
+# raw actions (targets = Spec.action.to_targets). The caller owns the noise so runs are reproducible.
+NOISE_NAME = "noise"
+CHUNK_OUTPUT_NAME = "action_chunk"
 
 
 def read_metadata(path: Path) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any
 
 SPEC_VERSION = 1
 
-ACTION_KINDS = ("joint_position", "joint_torque", "ee_twist", "steering_throttle")
+ACTION_KINDS = ("joint_position", "joint_torque", "ee_position", "ee_twist", "steering_throttle")
 
 
 class SpecMismatchError(ValueError):
@@ -99,10 +99,22 @@ class ActionSpec:
     def size(self) -> int:
         return len(self.names)
 
+    def to_targets(self, action: Any) -> Any:
+        """Targets in the action's physical units: offset + scale * action (limits are the safety filter's job)."""
+        import numpy as np
+
+        return np.asarray(self.offset, dtype=np.float64) + self.scale * np.asarray(action, dtype=np.float64)
+
 
 @dataclass(frozen=True)
 class Spec:
-    """A policy's complete interface. ``policy_obs`` is what the actor (and an exported model) reads."""
+    """A policy's complete interface. ``policy_obs`` is what the actor (and an exported model) reads.
+
+    Action-chunk policies (generators) read the last ``observation_horizon`` policy observations
+    (oldest first) and predict ``action_chunk`` actions whose index 0 is aligned with the oldest
+    observation; a controller executes ``execution_horizon`` of them starting at index
+    ``observation_horizon - 1`` (the current step), then re-plans. A plain policy has all three at 1.
+    """
 
     robot: str
     task: str
@@ -113,8 +125,24 @@ class Spec:
     physics_rate_hz: float
     action_chunk: int = 1
     execution_horizon: int = 1
+    observation_horizon: int = 1
     version: int = SPEC_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        first = self.observation_horizon - 1
+        if min(self.action_chunk, self.execution_horizon, self.observation_horizon) < 1:
+            raise ValueError("action_chunk, execution_horizon and observation_horizon must be >= 1")
+        if first + self.execution_horizon > self.action_chunk:
+            raise ValueError(
+                f"execution_horizon {self.execution_horizon} starting at index {first} (observation_horizon - 1) "
+                f"runs past action_chunk {self.action_chunk}"
+            )
+
+    @property
+    def is_generator(self) -> bool:
+        """True for action-chunk models: their ONNX file also takes ``noise`` and outputs ``action_chunk``."""
+        return self.action_chunk > 1 or self.observation_horizon > 1
 
     def group(self, name: str) -> ObsGroup:
         for g in self.observation_groups:
