@@ -23,12 +23,32 @@ class UnknownTaskError(KeyError):
         return f"unknown task {self.name!r}; known tasks: {', '.join(sorted(TASKS))}"
 
 
+class TaskKindError(ValueError):
+    """A task used by a job that does not apply to it (e.g. PPO on a demonstration task)."""
+
+
 @dataclass(frozen=True)
 class TaskEntry:
+    """A registered task.
+
+    ``kind`` says which jobs apply: ``"vec"`` tasks are batched torch tasks for rsl-rl PPO
+    (`sim.backends`); ``"demo"`` tasks are learned from demonstrations: ``task_class`` is their
+    batched scene env and ``expert`` builds a scripted expert for one scene from an rng.
+    """
+
     name: str
     task_class: type
     profiles: dict[str, Callable[[], Any]]  # profile name -> config factory
     default_profile: str
+    kind: str = "vec"
+    expert: Callable[..., Any] | None = None
+
+    def require(self, kind: str, job: str) -> None:
+        if self.kind != kind:
+            others = ", ".join(sorted(n for n, e in TASKS.items() if e.kind == kind)) or "none"
+            raise TaskKindError(
+                f"{job} does not apply to task {self.name!r} (a {self.kind!r} task); tasks for it: {others}"
+            )
 
     def config(self, profile: str | None = None) -> Any:
         profile = profile or self.default_profile

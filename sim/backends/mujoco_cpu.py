@@ -55,6 +55,7 @@ class MujocoVecEnv(VecEnv):
         record_metrics: bool = False,
     ) -> None:
         entry = get_task(task) if isinstance(task, str) else task
+        entry.require("vec", "the batched MuJoCo VecEnv (PPO)")
         self.task_entry = entry
         self.cfg = cfg if cfg is not None else entry.config()
         self.num_envs = num_envs

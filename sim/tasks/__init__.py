@@ -1,3 +1,3 @@
 """Built-in tasks; importing this package registers them."""
 
-from sim.tasks import quadruped  # noqa: F401
+from sim.tasks import panda_push_t, quadruped  # noqa: F401
