@@ -10,6 +10,11 @@ free of ROS so that a real-robot env or a test drives exactly the same logic. Pe
 3. passes the target through the always-on `SafetyFilter` (limits, rate, NaN guard); between
    policy steps the filtered command holds, as the trained policy's targets did.
 
+An action-chunk model (`Spec.is_generator`, served by `OnnxGenerator`) is sampled at the policy
+rate too, on the history of the last To policy observations and seeded noise; a `ChunkExecutor`
+(receding horizon or temporal ensembling) then gives the target of every control step, and with
+"linear" interpolation the filtered command moves every control step instead of holding.
+
 Every state message is validated before it can reach the policy: a wrong length, a missing joint,
 NaN/inf, an implausible value, an out-of-order or duplicated stamp is rejected and counted by
 reason, and the last good state ages until the watchdog holds the robot.
@@ -24,8 +29,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from deploy.chunking import ChunkConfig, ChunkExecutor, ObservationHistory
 from deploy.robot import RobotConfig, gait_hz
-from deploy.runner import OnnxPolicy
+from deploy.runner import OnnxGenerator, OnnxPolicy
 from deploy.safety import SafetyFilter
 
 
@@ -48,14 +54,22 @@ class PolicyController:
     """Assembles observations, runs the policy at its own rate and filters every command.
 
     Args:
-        policy: the loaded model (already checked against ``robot``).
+        policy: the loaded model (`deploy.runner.load_model` picks the loader).
         robot: the robot config (limits, safety settings).
         rate_hz: the rate at which `step` is called (the node's control rate).
         policy_rate_hz: the rate at which the policy is evaluated; the model's control rate if None.
+        chunking: how a generator's chunks are executed (ignored for a plain policy).
+        seed: seeds a generator's noise; `reset` re-seeds, so every activation samples the same noise.
     """
 
     def __init__(
-        self, policy: OnnxPolicy, robot: RobotConfig, rate_hz: float, policy_rate_hz: float | None = None
+        self,
+        policy: OnnxPolicy | OnnxGenerator,
+        robot: RobotConfig,
+        rate_hz: float,
+        policy_rate_hz: float | None = None,
+        chunking: ChunkConfig | None = None,
+        seed: int = 0,
     ) -> None:
         robot.check_model(policy.spec)
         self.policy = policy
@@ -67,12 +81,21 @@ class PolicyController:
             raise ValueError(f"policy rate {self.policy_rate_hz} Hz must be in (0, node rate {self.rate_hz} Hz]")
         s = robot.safety
         self.stale_after_s = s.stale_after_periods / self.rate_hz
-        # Targets change once per policy period, so the rate limit budgets max_rate per policy period
-        # (as training saw them: one step per period, no ramp; a ramp at the node rate changed the
-        # sim-to-sim gait measurably). Between policy steps the command holds.
+        self.seed = seed
+        self.chunks: ChunkExecutor | None = None
+        if isinstance(policy, OnnxGenerator):
+            self.chunks = ChunkExecutor.from_spec(self.spec, self.policy_rate_hz, chunking)
+            self.history = ObservationHistory(self.spec.observation_horizon, policy.obs_size)
+        # True when the target moves every control step (interpolated chunks), not once per policy step.
+        self.streaming = self.chunks is not None and self.chunks.config.interpolation == "linear"
+        # The filter runs once per target change and budgets max_rate over the time between changes.
+        # Held targets change once per policy period: max_rate / policy rate per change, one step per
+        # period, no ramp (as training saw them; a ramp at the node rate changed the sim-to-sim gait
+        # measurably), the command holding in between. Interpolated targets change every control step:
+        # max_rate / node rate per step, the same speed bound spread over the period.
         self.filter = SafetyFilter(
             robot.safety_limits(self.spec),
-            self.policy_rate_hz,
+            self.rate_hz if self.streaming else self.policy_rate_hz,
             stale_mode=s.stale_mode,
             stale_after_s=self.stale_after_s,
         )
@@ -86,6 +109,7 @@ class PolicyController:
         self.gait_hz = gait_hz(self.spec) if "gait_phase" in terms else 0.0
         self.rejected: Counter[str] = Counter()
         self.inferences = 0
+        self.non_finite_chunks = 0
         self._index_cache: tuple[tuple[str, ...], np.ndarray] | None = None
         self.reset()
 
@@ -98,6 +122,11 @@ class PolicyController:
         self._last_action = np.zeros(self.spec.action.size, dtype=np.float32)
         self._t0: float | None = None
         self._next_infer = 0.0
+        self._target: np.ndarray | None = None  # a plain policy's latest target
+        if self.chunks is not None:
+            self.chunks.reset()
+            self.history.reset()
+            self.rng = np.random.default_rng(self.seed)
 
     @property
     def armed(self) -> bool:
@@ -182,13 +211,19 @@ class PolicyController:
         measured = self._joints.value[0] if self._joints is not None else None
         if not age <= self.stale_after_s:
             return self.filter(None, age, measured)  # hold or damp
-        if t < self._next_infer - 0.5 / self.rate_hz:
+        if t >= self._next_infer - 0.5 / self.rate_hz:
+            self._infer(t)
+            self._next_infer += 1.0 / self.policy_rate_hz
+            if self._next_infer < t:  # fell behind (e.g. state was stale): restart the schedule
+                self._next_infer = t + 1.0 / self.policy_rate_hz
+        elif not self.streaming:
             return self.filter.last_command  # between policy steps the command holds
-        target = self._infer(t)
-        self._next_infer += 1.0 / self.policy_rate_hz
-        if self._next_infer < t:  # fell behind (e.g. state was stale): restart the schedule
-            self._next_infer = t + 1.0 / self.policy_rate_hz
+        target = self._target if self.chunks is None else self._chunk_target(t)
         return self.filter(target, age, measured)
+
+    def _chunk_target(self, t: float) -> np.ndarray | None:
+        action = self.chunks(t)
+        return None if action is None else self.policy.joint_targets(action)
 
     def observation_terms(self, t: float) -> dict[str, np.ndarray]:
         """The policy's observation terms (physical units) at time ``t`` from the latest state."""
@@ -206,15 +241,24 @@ class PolicyController:
             "last_action": self._last_action,
         }
 
-    def _infer(self, t: float) -> np.ndarray:
-        """Evaluate the policy; returns this step's target (the filter rejects a non-finite one)."""
-        terms = self.observation_terms(t)
-        action = self.policy.act(self.policy.assemble(terms))
+    def _infer(self, t: float) -> None:
+        """Evaluate the policy: a plain policy's next target, or a generator's next chunk."""
+        obs = self.policy.assemble(self.observation_terms(t))
         self.inferences += 1
-        target = self.policy.joint_targets(action)
-        if np.isfinite(action).all():  # else the filter rejects it and holds
-            self._last_action = action
-        return target
+        if self.chunks is None:
+            action = self.policy.act(obs)
+            self._target = self.policy.joint_targets(action)  # the filter rejects a non-finite one
+            if np.isfinite(action).all():
+                self._last_action = action
+            return
+        chunk = self.policy.sample(self.history.push(obs), rng=self.rng)
+        if not np.isfinite(chunk).all():  # dropped: the previous plan continues towards its horizon
+            self.non_finite_chunks += 1
+            return
+        self.chunks.add(chunk, t)
+        # The action this policy step commits to (at its own stamp: no interpolation), which the
+        # next observation reports as the last action, as a plain policy's does.
+        self._last_action = self.chunks(t).astype(np.float32)
 
     # --- helpers --------------------------------------------------------------------------------
     def _joint_index(self, names: tuple[str, ...]) -> np.ndarray:

@@ -4,7 +4,8 @@ The file takes observations in physical units (the Spec's per-term scales and an
 normaliser are baked in), has a dynamic batch dimension, and carries the Spec and the checkpoint
 hash in ``metadata_props``: a robot needs nothing but this file and its own Spec to check that
 the two agree. rsl-rl's own exporter writes ``.onnx`` + ``.onnx.data`` with batch 1, which is
-why we export here.
+why we export here. Plain policies (obs → action) and one-step generators (obs history + noise →
+action chunk, `export_generator`) share the writer, so both artefacts obey the same contract.
 """
 
 from __future__ import annotations
@@ -19,10 +20,11 @@ import onnx
 import torch
 from torch import nn
 
-from deploy.artifact import INPUT_NAME, OUTPUT_NAME, read_metadata, spec_of
+from deploy.artifact import CHUNK_OUTPUT_NAME, INPUT_NAME, NOISE_NAME, OUTPUT_NAME, read_metadata, spec_of
 from policies.actor import LoadedPolicy, load_policy
 from policies.checkpoint import file_sha256
 from reflexlab import __version__
+from reflexlab.spec import Spec
 
 OPSET = 18
 
@@ -64,34 +66,76 @@ def record_observations(policy: LoadedPolicy, num_obs: int, seed: int = 7) -> np
 
 def export_policy(policy: LoadedPolicy, out: Path, checkpoint_sha256: str) -> None:
     """Write the ONNX file (single file, dynamic batch, Spec in metadata)."""
-    module = PhysicalUnitsPolicy(policy).eval()
+    meta = {
+        "checkpoint_sha256": checkpoint_sha256,
+        "checkpoint_iteration": str(policy.iteration),
+        "task": policy.info["task"],
+        "profile": policy.info["profile"],
+    }
     dummy = torch.zeros(1, policy.spec.policy_obs.size)
+    _write(PhysicalUnitsPolicy(policy).eval(), (dummy,), [INPUT_NAME], OUTPUT_NAME, policy.spec, meta, "policy", out)
+
+
+def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[str, str]) -> None:
+    """Write a one-step generator (action-chunk model) as ONE ONNX file with the Spec in its metadata.
+
+    ``module.forward(obs, noise)`` takes obs (B, observation_horizon, obs_size) in physical units,
+    oldest first (scales/normalisers belong inside the module, as for policies), and noise
+    (B, action_chunk, action_size) ~ N(0, I); it returns raw actions (B, action_chunk, action_size),
+    index 0 aligned with the oldest observation (see `deploy.artifact`). ``metadata`` (e.g. the
+    checkpoint's ``checkpoint_sha256``, the teacher, the distillation run) is stored beside the Spec.
+    The module's output shape is checked first, so a mismatch is an `ExportError` naming both shapes
+    rather than a file that fails at serve time.
+    """
+    if not spec.is_generator:
+        raise ExportError(
+            f"the Spec is not a generator's (action_chunk {spec.action_chunk}, observation_horizon "
+            f"{spec.observation_horizon}): export a plain obs → action policy with export_policy"
+        )
+    bad = sorted(k for k, v in metadata.items() if k == "reflexlab_spec" or not isinstance(v, str))
+    if bad:
+        raise ExportError(f"metadata keys {bad}: values must be strings and 'reflexlab_spec' is reserved")
+    module = module.eval()
+    obs = torch.zeros(1, spec.observation_horizon, spec.policy_obs.size)
+    noise = torch.zeros(1, spec.action_chunk, spec.action.size)
+    with torch.no_grad():
+        got = tuple(module(obs, noise).shape)
+    want = tuple(noise.shape)
+    if got != want:
+        raise ExportError(f"generator output has shape {got} for noise {want}; it must equal the noise's (B, H, A)")
+    _write(module, (obs, noise), [INPUT_NAME, NOISE_NAME], CHUNK_OUTPUT_NAME, spec, metadata, "generator", out)
+
+
+def _write(
+    module: nn.Module,
+    dummy: tuple[torch.Tensor, ...],
+    input_names: list[str],
+    output_name: str,
+    spec: Spec,
+    metadata: dict[str, str],
+    kind: str,
+    out: Path,
+) -> None:
+    """Trace ``module`` to one self-contained ONNX file: batch dynamic, Spec + ``metadata`` in metadata_props."""
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
             module,
-            (dummy,),
+            dummy,
             buf,
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+            input_names=input_names,
+            output_names=[output_name],
+            dynamic_axes={name: {0: "batch"} for name in (*input_names, output_name)},
             opset_version=OPSET,
             dynamo=False,
         )
     model = onnx.load_from_string(buf.getvalue())
-    meta = {
-        "reflexlab_spec": policy.spec.to_json(),
-        "checkpoint_sha256": checkpoint_sha256,
-        "checkpoint_iteration": str(policy.iteration),
-        "reflexlab_version": __version__,
-        "task": policy.info["task"],
-        "profile": policy.info["profile"],
-    }
+    meta = {"reflexlab_spec": spec.to_json(), "reflexlab_version": __version__, **metadata}
     for k, v in meta.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = k, v
-    model.doc_string = f"reflexlab policy for {policy.spec.robot} / {policy.spec.task}"
+    model.doc_string = f"reflexlab {kind} for {spec.robot} / {spec.task}"
     onnx.checker.check_model(model, full_check=True)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -100,14 +144,26 @@ def export_policy(policy: LoadedPolicy, out: Path, checkpoint_sha256: str) -> No
 
 def verify(policy: LoadedPolicy, onnx_path: Path, observations: np.ndarray) -> float:
     """Max abs error between onnxruntime and torch on ``observations`` (physical units)."""
-    import onnxruntime as ort
-
     module = PhysicalUnitsPolicy(policy).eval()
     with torch.no_grad():
         expected = module(torch.from_numpy(observations)).numpy()
-    sess = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
-    got = sess.run([OUTPUT_NAME], {INPUT_NAME: observations})[0]
+    got = _session(onnx_path).run([OUTPUT_NAME], {INPUT_NAME: observations})[0]
     return float(np.max(np.abs(got - expected)))
+
+
+def verify_generator(module: nn.Module, onnx_path: Path, obs: np.ndarray, noise: np.ndarray) -> float:
+    """Max abs error between onnxruntime and torch for obs (B, To, n) and noise (B, H, A) (float32)."""
+    obs, noise = np.asarray(obs, dtype=np.float32), np.asarray(noise, dtype=np.float32)
+    with torch.no_grad():
+        expected = module.eval()(torch.from_numpy(obs), torch.from_numpy(noise)).numpy()
+    got = _session(onnx_path).run([CHUNK_OUTPUT_NAME], {INPUT_NAME: obs, NOISE_NAME: noise})[0]
+    return float(np.max(np.abs(got - expected)))
+
+
+def _session(onnx_path: Path) -> Any:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
 
 
 def export_checkpoint(
@@ -135,4 +191,12 @@ def export_checkpoint(
     }
 
 
-__all__ = ["ExportError", "export_checkpoint", "read_metadata", "spec_of", "verify"]
+__all__ = [
+    "ExportError",
+    "export_checkpoint",
+    "export_generator",
+    "read_metadata",
+    "spec_of",
+    "verify",
+    "verify_generator",
+]

@@ -1,9 +1,11 @@
-"""Run an exported reflexlab policy with onnxruntime: the inference core of every policy node.
+"""Run an exported reflexlab model with onnxruntime: the inference core of every policy node.
 
-`OnnxPolicy` reads the Spec from the model, refuses a robot whose Spec differs (naming the
-field), assembles observations from named terms in the Spec's order, checks shapes and values
-with messages that say what is wrong (not an onnxruntime stack trace), and turns the raw action
-into joint targets with the Spec's scale and offset.
+`OnnxPolicy` (obs → action) and `OnnxGenerator` (observation history + noise → action chunk) read
+the Spec from the model, refuse a robot whose Spec differs (naming the field), assemble
+observations from named terms in the Spec's order, check shapes and values with messages that
+say what is wrong (not an onnxruntime stack trace), and turn raw actions into joint targets with
+the Spec's scale and offset. Each refuses the other's kind of file and names the right loader;
+`load_model` picks it from the Spec.
 """
 
 from __future__ import annotations
@@ -17,32 +19,41 @@ from reflexlab.spec import Spec
 
 
 class PolicyInputError(ValueError):
-    """An observation the policy cannot take; the message names the term or the shape."""
+    """An observation or noise the model cannot take; the message names the term or the shape."""
 
 
-class OnnxPolicy:
-    """An exported policy on onnxruntime's CPU provider.
+class ModelKindError(ValueError):
+    """A generator file given to the plain-policy loader or the other way round; names the loader to use."""
 
-    Args:
-        path: the `.onnx` file written by `reflexlab export`.
-        robot_spec: the robot's Spec; when given, a model for another robot is refused.
-        threads: onnxruntime intra-op threads (1 keeps latency predictable beside a control loop).
-    """
+
+class _OnnxModel:
+    """What both loaders share: the Spec, the robot check, the session, term assembly and targets."""
+
+    generator: bool  # the kind of file this loader serves (Spec.is_generator)
 
     def __init__(self, path: Path, robot_spec: Spec | None = None, threads: int = 1) -> None:
         import onnxruntime as ort
 
-        from deploy.artifact import INPUT_NAME, OUTPUT_NAME, spec_of
+        from deploy.artifact import CHUNK_OUTPUT_NAME, INPUT_NAME, NOISE_NAME, OUTPUT_NAME, spec_of
 
         self.path = Path(path)
         self.spec = spec_of(self.path)  # raises with the file's name when missing/corrupt/foreign
+        if self.spec.is_generator != self.generator:
+            raise ModelKindError(_wrong_loader(self.path, self.spec, type(self).__name__))
         if robot_spec is not None:
             robot_spec.check_compatible(self.spec, context=f"model {self.path.name} vs robot")
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
-        self._input, self._output = INPUT_NAME, OUTPUT_NAME
+        self._inputs = inputs = [INPUT_NAME, NOISE_NAME] if self.generator else [INPUT_NAME]
+        self._output = CHUNK_OUTPUT_NAME if self.generator else OUTPUT_NAME
+        found = ([i.name for i in self.session.get_inputs()], [o.name for o in self.session.get_outputs()])
+        if found != (inputs, [self._output]):
+            raise ValueError(
+                f"model {self.path.name} has inputs {found[0]} and outputs {found[1]}; its Spec needs inputs "
+                f"{inputs} and output [{self._output!r}]: re-export it with deploy.onnx_export"
+            )
         group = self.spec.policy_obs
         self.obs_size = group.size
         self._slices = group.slices()
@@ -65,6 +76,31 @@ class OnnxPolicy:
             obs[sl] = value
         return obs
 
+    def joint_targets(self, action: np.ndarray) -> np.ndarray:
+        """Joint-position targets (rad) from raw actions: offset + scale * action (no limits: see `deploy.safety`)."""
+        return self._offset + self._scale * np.asarray(action, dtype=np.float64)
+
+    def _check_finite(self, x: np.ndarray, where: str = "") -> None:
+        """Name the first non-finite observation term; its index counts within one observation vector."""
+        if np.isfinite(x).all():
+            return
+        *lead, bad = np.argwhere(~np.isfinite(x))[0]
+        term = next(n for n, sl in self._slices.items() if sl.start <= bad < sl.stop)
+        at = f", {where.format(*lead)}" if where else ""
+        raise PolicyInputError(f"observation term {term!r} is not finite (index {bad}{at})")
+
+
+class OnnxPolicy(_OnnxModel):
+    """An exported plain policy (obs → action) on onnxruntime's CPU provider.
+
+    Args:
+        path: the `.onnx` file written by `reflexlab export`.
+        robot_spec: the robot's Spec; when given, a model for another robot is refused.
+        threads: onnxruntime intra-op threads (1 keeps latency predictable beside a control loop).
+    """
+
+    generator = False
+
     def act(self, obs: np.ndarray) -> np.ndarray:
         """Raw actions for observations of shape (obs_size,) or (batch, obs_size)."""
         x = np.asarray(obs, dtype=np.float32)
@@ -75,13 +111,91 @@ class OnnxPolicy:
             raise PolicyInputError(
                 f"observation has shape {np.shape(obs)}, expected ({self.obs_size},) or (batch, {self.obs_size})"
             )
-        if not np.isfinite(x).all():
-            bad = np.argwhere(~np.isfinite(x))[0][-1]
-            term = next(n for n, sl in self._slices.items() if sl.start <= bad < sl.stop)
-            raise PolicyInputError(f"observation term {term!r} is not finite (index {bad})")
-        out = self.session.run([self._output], {self._input: x})[0]
+        self._check_finite(x)
+        out = self.session.run([self._output], {self._inputs[0]: x})[0]
         return out[0] if single else out
 
-    def joint_targets(self, action: np.ndarray) -> np.ndarray:
-        """Joint-position targets (rad) from raw actions: offset + scale * action (no limits: see `deploy.safety`)."""
-        return self._offset + self._scale * np.asarray(action, dtype=np.float64)
+
+class OnnxGenerator(_OnnxModel):
+    """An exported one-step generator: the last ``observation_horizon`` observations + noise → an action chunk.
+
+    The noise is an input so that runs are reproducible: the caller passes it, or a seeded
+    generator draws it (``seed`` here, or the ``rng`` of each `sample` call).
+
+    Args:
+        path: the `.onnx` file written by `deploy.onnx_export.export_generator`.
+        robot_spec: the robot's Spec; when given, a model for another robot is refused.
+        threads: onnxruntime intra-op threads.
+        seed: seeds the noise drawn when `sample` gets neither noise nor an rng.
+    """
+
+    generator = True
+
+    def __init__(self, path: Path, robot_spec: Spec | None = None, threads: int = 1, seed: int = 0) -> None:
+        super().__init__(path, robot_spec, threads)
+        s = self.spec
+        self.history_shape = (s.observation_horizon, self.obs_size)
+        self.chunk_shape = (s.action_chunk, s.action.size)
+        self.rng = np.random.default_rng(seed)
+
+    def sample(
+        self, obs_history: np.ndarray, noise: np.ndarray | None = None, rng: np.random.Generator | None = None
+    ) -> np.ndarray:
+        """Raw action chunk(s) (H, A) or (batch, H, A) for observation histories (To, n) or (batch, To, n).
+
+        History oldest first, physical units; chunk index 0 is aligned with the oldest observation.
+        Without ``noise``, N(0, I) noise is drawn from ``rng`` (or this runner's seeded generator).
+        """
+        x = np.asarray(obs_history, dtype=np.float32)
+        single = x.ndim == 2
+        if single:
+            x = x[None]
+        if x.ndim != 3 or x.shape[1:] != self.history_shape:
+            to, n = self.history_shape
+            raise PolicyInputError(
+                f"observation history has shape {np.shape(obs_history)}, expected (To, n) = ({to}, {n}) "
+                f"or (batch, To, n) = (batch, {to}, {n}), oldest observation first"
+            )
+        self._check_finite(x, "batch {}, history step {}")
+        want = (len(x), *self.chunk_shape)
+        if noise is None:
+            eps = (rng or self.rng).standard_normal(want, dtype=np.float32)
+        else:
+            eps = self._checked_noise(noise, want, single)
+        out = self.session.run([self._output], dict(zip(self._inputs, (x, eps), strict=True)))[0]
+        return out[0] if single else out
+
+    @staticmethod
+    def _checked_noise(noise: np.ndarray, want: tuple[int, int, int], single: bool) -> np.ndarray:
+        """Noise as (batch, H, A) float32; (H, A) is accepted beside a single history."""
+        eps = np.asarray(noise)
+        if single and eps.shape == want[1:]:
+            eps = eps[None]
+        if eps.shape != want:
+            raise PolicyInputError(f"noise has shape {np.shape(noise)}, expected (batch, H, A) = {want}")
+        if not np.issubdtype(eps.dtype, np.floating):
+            raise PolicyInputError(f"noise has dtype {eps.dtype}, expected floating point (N(0, I) samples)")
+        if not np.isfinite(eps).all():
+            b, h, a = np.argwhere(~np.isfinite(eps))[0]
+            raise PolicyInputError(f"noise is not finite (batch {b}, chunk step {h}, action {a})")
+        return eps.astype(np.float32, copy=False)
+
+
+def load_model(path: Path, robot_spec: Spec | None = None, threads: int = 1) -> OnnxPolicy | OnnxGenerator:
+    """The right loader for the file, chosen by its Spec (`Spec.is_generator`)."""
+    from deploy.artifact import spec_of
+
+    cls = OnnxGenerator if spec_of(Path(path)).is_generator else OnnxPolicy
+    return cls(path, robot_spec, threads)
+
+
+def _wrong_loader(path: Path, spec: Spec, loader: str) -> str:
+    if spec.is_generator:
+        kind = (
+            f"a generator (action_chunk {spec.action_chunk}, observation_horizon {spec.observation_horizon}: "
+            "obs history + noise → action_chunk)"
+        )
+        right = "OnnxGenerator"
+    else:
+        kind, right = "a plain policy (obs → action)", "OnnxPolicy"
+    return f"model {path.name} is {kind}; {loader} cannot run it: load it with {right} or deploy.runner.load_model"

@@ -111,9 +111,11 @@ class Spec:
     """A policy's complete interface. ``policy_obs`` is what the actor (and an exported model) reads.
 
     Action-chunk policies (generators) read the last ``observation_horizon`` policy observations
-    (oldest first) and predict ``action_chunk`` actions whose index 0 is aligned with the oldest
-    observation; a controller executes ``execution_horizon`` of them starting at index
-    ``observation_horizon - 1`` (the current step), then re-plans. A plain policy has all three at 1.
+    (oldest first) and predict ``action_chunk`` actions, one per control step, whose index 0 is
+    aligned with the oldest observation; index ``observation_horizon - 1`` is the current step. A
+    controller may execute at most ``execution_horizon`` of them from there before it must re-plan
+    (Diffusion Policy executes all of them; the policy node re-plans every step by default, see
+    `deploy.chunking`). A plain policy has all three at 1.
     """
 
     robot: str

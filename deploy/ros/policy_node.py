@@ -11,6 +11,11 @@ timer at ``rate_hz`` steps when states stop or come slower, so commands keep flo
 damped by the safety filter when the state is stale). The policy itself runs at the model's
 control rate (``policy_rate_hz`` overrides). ``/diagnostics`` reports the achieved rate, step
 latency percentiles, deadline misses, safety interventions and rejected messages.
+
+Action-chunk models (generators) are sampled at the policy rate as well; ``chunk_execution``
+(receding horizon or temporal ensembling, ``ensemble_decay``) and ``interpolation`` (linear or
+hold between policy steps) say how their chunks become the command of every control step, and
+``/diagnostics`` adds chunk re-plans and horizon exhaustions. Plain policies ignore them.
 """
 
 from __future__ import annotations
@@ -29,15 +34,19 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from sensor_msgs.msg import Imu, JointState
 
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from deploy.chunking import ChunkConfig
 from deploy.controller import PolicyController, StateRejected
 from deploy.robot import RobotConfig
 from deploy.ros.common import CommandWriter, command_msg_type, run_node, spin, stamp_ns, state_qos
-from deploy.runner import OnnxPolicy
+from deploy.runner import load_model
 from deploy.timing import LatencyWindow, TokenBucket
 
 # The token bucket admits 10 % more than rate_hz: a stream at exactly rate_hz with jitter is a
 # random walk that would otherwise empty the bucket and drop states now and then.
 RATE_HEADROOM = 1.1
+
+# Diagnostics counters that turn the status to WARN once non-zero (beside deadline misses).
+_WARN_COUNTERS = ("intervention.", "rejected.", "chunk.horizon_exhaustions", "chunk.non_finite")
 
 # Parameters read at configure; they cannot change while the node is configured.
 PARAMETERS: dict[str, object] = {
@@ -47,6 +56,11 @@ PARAMETERS: dict[str, object] = {
     "policy_rate_hz": 0.0,  # policy evaluations per second; 0 = the model's control rate
     "autostart": True,  # configure and activate at startup
     "diagnostics_period_s": 1.0,
+    # Action-chunk models only (see deploy.chunking):
+    "chunk_execution": "receding",  # receding (latest chunk, re-planned every policy step) or ensemble
+    "ensemble_decay": 0.01,  # ensemble weights exp(-decay * chunk age in policy steps)
+    "interpolation": "linear",  # between policy steps: linear (moves every control step) or hold
+    "seed": 0,  # seeds the generator's noise; each activation replays the same noise
 }
 
 
@@ -74,8 +88,11 @@ class PolicyNode(LifecycleNode):
             if not p["model_path"]:
                 raise ValueError("parameter model_path is empty: name the exported .onnx policy")
             self.robot = RobotConfig.load(p["robot_config"])
-            policy = OnnxPolicy(Path(p["model_path"]))
-            self.ctl = PolicyController(policy, self.robot, p["rate_hz"], p["policy_rate_hz"] or None)
+            chunking = ChunkConfig(p["chunk_execution"], float(p["ensemble_decay"]), p["interpolation"])
+            policy = load_model(Path(p["model_path"]))
+            self.ctl = PolicyController(
+                policy, self.robot, p["rate_hz"], p["policy_rate_hz"] or None, chunking, int(p["seed"])
+            )
         except (OSError, ValueError) as e:  # missing/corrupt model, foreign Spec, bad robot config
             self.error = str(e)
             self.get_logger().error(f"configure refused: {e}")
@@ -96,9 +113,16 @@ class PolicyNode(LifecycleNode):
             self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics),
         ]
         spec = self.ctl.spec
+        chunks = self.ctl.chunks
+        served = (
+            f"{spec.action_chunk}-action chunks, {chunks.config.execution} execution, {chunks.config.interpolation} "
+            "between policy steps"
+            if chunks
+            else "one action per policy step"
+        )
         self.get_logger().info(
             f"configured: {Path(p['model_path']).name} ({spec.robot}/{spec.task}) on {r.path}, "
-            f"{self.rate_hz:g} Hz control, policy at {self.ctl.policy_rate_hz:g} Hz, "
+            f"{self.rate_hz:g} Hz control, policy at {self.ctl.policy_rate_hz:g} Hz ({served}), "
             f"commands {self._cmd_type.__name__} on {r.topics.joint_command}"
         )
         return TransitionCallbackReturn.SUCCESS
@@ -268,6 +292,10 @@ class PolicyNode(LifecycleNode):
         if ctl is not None:
             out["policy_rate_hz"] = ctl.policy_rate_hz
             out["inferences"] = ctl.inferences
+            if ctl.chunks is not None:
+                out["chunk.replans"] = ctl.chunks.replans
+                out["chunk.horizon_exhaustions"] = ctl.chunks.exhaustions
+                out["chunk.non_finite"] = ctl.non_finite_chunks
             out["state_age_ms"] = ctl.state_age(now) * 1e3
             out.update({f"intervention.{k}": v for k, v in sorted(ctl.filter.interventions.items())})
             out.update({f"rejected.{k}": v for k, v in sorted(ctl.rejected.items())})
@@ -282,8 +310,11 @@ class PolicyNode(LifecycleNode):
             status.level, status.message = DiagnosticStatus.OK, "inactive"
         elif stale:
             status.level, status.message = DiagnosticStatus.ERROR, "robot state stale: holding"
-        elif d["deadline_misses"] or sum(v for k, v in d.items() if k.startswith(("intervention.", "rejected."))):
-            status.level, status.message = DiagnosticStatus.WARN, "deadline misses, interventions or rejected messages"
+        elif d["deadline_misses"] or sum(v for k, v in d.items() if k.startswith(_WARN_COUNTERS)):
+            status.level, status.message = (
+                DiagnosticStatus.WARN,
+                "deadline misses, interventions, rejected messages or chunk failures",
+            )
         else:
             status.level, status.message = DiagnosticStatus.OK, "serving"
         status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()]

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from deploy.chunking import ChunkConfig
 from deploy.controller import PolicyController, StateRejected, projected_gravity
 from deploy.robot import RobotConfig
-from deploy.runner import OnnxPolicy
+from deploy.runner import OnnxGenerator, OnnxPolicy
 from deploy.sim_robot import SimRobot
 from sim.backends.mujoco_cpu import MujocoVecEnv
 from sim.legged import quat_rotate_inverse
@@ -114,3 +115,61 @@ def test_commands_are_clipped_and_time_out(ctl: PolicyController) -> None:
     np.testing.assert_allclose(ctl.observation_terms(1.5)["velocity_command"], [0.0, 0.0, 0.0])
     with pytest.raises(StateRejected):
         ctl.set_velocity_command(np.array([np.nan, 0, 0]), 0.1)
+
+
+def serve_generator(model, seconds: float, rate: float = 1000.0, seed: int = 0, **chunking) -> tuple:
+    """Drive a generator's controller with a fresh, slowly moving state every control step.
+
+    Returns the controller, the commands, and per step the executor's (unfiltered) target and
+    whether the filter's rate limit acted.
+    """
+    ctl = PolicyController(OnnxGenerator(model.path), ROBOT, rate, chunking=ChunkConfig(**chunking), seed=seed)
+    home = np.asarray(ENTRY.spec().action.offset)
+    commands, targets, limited = [], [], []
+    for k in range(round(seconds * rate)):
+        t = k / rate
+        feed(ctl, t, k + 1, q=home + 0.05 * math.sin(6 * t))
+        before = ctl.filter.interventions["rate_limit"]
+        commands.append(ctl.step(t))
+        targets.append(ctl.policy.joint_targets(ctl.chunks(t)))
+        limited.append(ctl.filter.interventions["rate_limit"] > before)
+    return ctl, np.array(commands), np.array(targets), np.array(limited)
+
+
+def assert_within_the_filter_budget(ctl: PolicyController, commands: np.ndarray, budget: float) -> None:
+    limits = ROBOT.safety_limits(ctl.spec)
+    assert np.isfinite(commands).all()
+    assert (commands >= np.asarray(limits.lower)).all() and (commands <= np.asarray(limits.upper)).all()
+    assert np.abs(np.diff(commands, axis=0)).max() <= budget + 1e-12
+
+
+def test_generator_replans_at_the_policy_rate_and_streams_interpolated_targets(generator) -> None:
+    ctl, commands, targets, limited = serve_generator(generator, 0.2)
+    assert ctl.policy_rate_hz == 100.0  # the model's control rate
+    assert ctl.inferences == ctl.chunks.replans == 20  # one chunk per 10 control steps
+    assert ctl.chunks.exhaustions == 0
+    # every control step moves the command (interpolation), by at most max_rate / control rate
+    moved = np.abs(np.diff(commands, axis=0)).max(axis=1) > 0
+    assert moved.mean() > 0.95
+    assert_within_the_filter_budget(ctl, commands, ROBOT.safety_limits(ctl.spec).max_rate / 1000.0)
+    # the command is the executor's interpolated target wherever the rate limit did not act (it
+    # acts only while catching up with a re-plan's jump)
+    assert (~limited).mean() > 0.5
+    np.testing.assert_allclose(commands[~limited], targets[~limited], atol=1e-9)
+    # the observation's last action is the action the latest policy step (at 0.19 s) committed to
+    np.testing.assert_allclose(ctl.observation_terms(0.199)["last_action"], ctl.chunks(0.19), atol=1e-6)
+
+
+def test_generator_noise_is_seeded_and_modes_are_served(generator) -> None:
+    a = serve_generator(generator, 0.05, seed=1)[1]
+    b = serve_generator(generator, 0.05, seed=1)[1]
+    c = serve_generator(generator, 0.05, seed=2)[1]
+    np.testing.assert_array_equal(a, b)
+    assert not np.allclose(a, c)
+    ctl, ensemble, *_ = serve_generator(generator, 0.1, execution="ensemble", ensemble_decay=0.5)
+    assert ctl.chunks.replans == 10
+    assert_within_the_filter_budget(ctl, ensemble, ROBOT.safety_limits(ctl.spec).max_rate / 1000.0)
+    # "hold": the command changes only at re-plans, by at most the budget of one policy period
+    ctl, held, *_ = serve_generator(generator, 0.1, interpolation="hold")
+    assert np.count_nonzero(np.abs(np.diff(held, axis=0)).max(axis=1)) <= ctl.chunks.replans
+    assert_within_the_filter_budget(ctl, held, ROBOT.safety_limits(ctl.spec).max_rate / 100.0)

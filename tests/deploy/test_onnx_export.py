@@ -1,11 +1,13 @@
+import dataclasses
 import json
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import pytest
+import torch
 
-from deploy.onnx_export import read_metadata, spec_of
+from deploy.onnx_export import ExportError, export_generator, read_metadata, spec_of, verify_generator
 from policies.checkpoint import file_sha256
 from reflexlab.cli import main
 from sim.registry import get_task
@@ -64,3 +66,35 @@ def test_inspect_rejects_non_models(tmp_path: Path, capsys) -> None:
         main(["inspect", str(junk)])
     assert e.value.code == 2
     assert "junk.onnx" in capsys.readouterr().err
+
+
+def test_generator_export_is_one_file_with_parity_dynamic_batch_and_metadata(generator) -> None:
+    path, module, spec = generator
+    assert [p.name for p in path.parent.iterdir()] == ["generator.onnx"], "external data file written"
+    rng = np.random.default_rng(0)
+    for batch in (1, 5):
+        obs = rng.normal(size=(batch, 2, spec.policy_obs.size)).astype(np.float32)
+        noise = rng.standard_normal((batch, 8, 12), dtype=np.float32)
+        assert verify_generator(module, path, obs, noise) <= 1e-5
+    meta = read_metadata(path)
+    assert meta["inputs"] == {"obs": ["batch", 2, spec.policy_obs.size], "noise": ["batch", 8, 12]}
+    assert meta["outputs"] == {"action_chunk": ["batch", 8, 12]}
+    assert meta["teacher"] == "none (test)" and meta["checkpoint_sha256"] == "0" * 64
+    spec.check_compatible(spec_of(path))
+
+
+def test_generator_export_refuses_wrong_modules_and_specs(generator, tmp_path: Path) -> None:
+    _, module, spec = generator
+
+    class OneStep(torch.nn.Module):
+        def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+            return noise[:, :1] + obs[:, -1:, :12]
+
+    with pytest.raises(ExportError, match=r"output has shape \(1, 1, 12\) for noise \(1, 8, 12\)"):
+        export_generator(OneStep(), spec, tmp_path / "g.onnx", {})
+    plain = dataclasses.replace(spec, action_chunk=1, execution_horizon=1, observation_horizon=1)
+    with pytest.raises(ExportError, match="export_policy"):
+        export_generator(module, plain, tmp_path / "g.onnx", {})
+    with pytest.raises(ExportError, match="reserved"):
+        export_generator(module, spec, tmp_path / "g.onnx", {"reflexlab_spec": "{}"})
+    assert not (tmp_path / "g.onnx").exists()

@@ -13,6 +13,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -26,36 +27,34 @@ HOME = np.array([0.0, 0.8, -1.5] * 4)
 RATE = 200.0
 
 
-def policy_node(model: Path, robot: str | Path = "quadruped", autostart: bool = False) -> PolicyNode:
-    return PolicyNode(
-        parameter_overrides=[
-            Parameter("model_path", value=str(model)),
-            Parameter("robot_config", value=str(robot)),
-            Parameter("rate_hz", value=RATE),
-            Parameter("autostart", value=autostart),
-            Parameter("diagnostics_period_s", value=0.2),
-        ]
-    )
+def policy_node(
+    model: Path, robot: str | Path = "quadruped", autostart: bool = False, rate_hz: float = RATE, **params: object
+) -> PolicyNode:
+    values = {"model_path": str(model), "robot_config": str(robot), "rate_hz": rate_hz, "autostart": autostart}
+    values = {**values, "diagnostics_period_s": 0.2, **params}
+    return PolicyNode(parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
 
 
 class RobotSide(Node):
-    """Publishes IMU + JointState at RATE (optionally hostile) and records the commands and diagnostics."""
+    """Publishes IMU + JointState at ``rate_hz`` (optionally hostile) and records the commands and diagnostics."""
 
-    def __init__(self) -> None:
+    def __init__(self, rate_hz: float = RATE) -> None:
         super().__init__("robot_side")
         qos = state_qos(True)
         self.js_pub = self.create_publisher(JointState, "/joint_states", qos)
         self.imu_pub = self.create_publisher(Imu, "/imu", qos)
         self.commands: list[tuple[float, np.ndarray]] = []
         self.diagnostics: list[DiagnosticArray] = []
-        self.create_subscription(Float64MultiArray, "/joint_commands", self._on_cmd, qos)
+        # Best effort like the node's publisher, but a deep history: the test wants every command.
+        record = QoSProfile(depth=100, history=HistoryPolicy.KEEP_LAST, reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.create_subscription(Float64MultiArray, "/joint_commands", self._on_cmd, record)
         self.create_subscription(DiagnosticArray, "/diagnostics", self.diagnostics.append, 10)
         self.stamp = 1_000_000_000
         self.tick = 0
         self.hostile = False
         self.burst = 0  # states per 1 ms tick (10 = 10 kHz)
         self.publishing = True
-        self.create_timer(1.0 / RATE, self._on_timer)
+        self.create_timer(1.0 / rate_hz, self._on_timer)
         self.create_timer(1e-3, self._on_burst)
 
     def _on_cmd(self, msg: Float64MultiArray) -> None:
@@ -126,7 +125,7 @@ def assert_safe(commands: list[tuple[float, np.ndarray]], node: PolicyNode) -> N
     assert (np.abs(np.diff(values, axis=0)).max(axis=1) <= allowed + 1e-9).all()
 
 
-def test_configure_refuses_missing_corrupt_and_foreign_models(ros, exported, tmp_path: Path) -> None:
+def test_configure_refuses_missing_corrupt_and_foreign_models(ros, exported, generator, tmp_path: Path) -> None:
     corrupt = tmp_path / "corrupt.onnx"
     corrupt.write_bytes(b"\x08\x07garbage" * 100)
     other = yaml.safe_load(Path(ROBOT.path).read_text())
@@ -134,13 +133,15 @@ def test_configure_refuses_missing_corrupt_and_foreign_models(ros, exported, tmp
     other_robot = tmp_path / "fr3.yaml"
     other_robot.write_text(yaml.safe_dump(other))
     cases = [
-        (tmp_path / "missing.onnx", "quadruped", "does not exist"),
-        (corrupt, "quadruped", "not a readable ONNX model"),
-        (exported[0], other_robot, "field 'robot'"),
-        (exported[0], tmp_path / "no-such-robot.yaml", "robot config"),
+        (tmp_path / "missing.onnx", "quadruped", {}, "does not exist"),
+        (corrupt, "quadruped", {}, "not a readable ONNX model"),
+        (exported[0], other_robot, {}, "field 'robot'"),
+        (exported[0], tmp_path / "no-such-robot.yaml", {}, "robot config"),
+        (generator.path, "quadruped", {"chunk_execution": "sometimes"}, "chunk_execution must be one of"),
+        (generator.path, "quadruped", {"ensemble_decay": math.nan}, "ensemble_decay must be finite"),
     ]
-    for model, robot, message in cases:
-        node = policy_node(model, robot)
+    for model, robot, params, message in cases:
+        node = policy_node(model, robot, **params)
         try:
             assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
             assert message in node.error, node.error
@@ -218,6 +219,39 @@ def test_lifecycle_deactivate_stops_commanding_and_parameters_are_locked(ros, ex
         assert len(robot.commands) == n  # inactive: nothing more is published
         assert node.trigger_cleanup() == TransitionCallbackReturn.SUCCESS
         assert node.set_parameters([Parameter("rate_hz", value=50.0)])[0].successful
+    finally:
+        for n in nodes:
+            n.destroy_node()
+
+
+def test_generator_streams_interpolated_commands_at_the_control_rate(ros, generator) -> None:
+    """A chunk model re-planned at 100 Hz, commanded at 1 kHz: at rate, finite, in limits, smooth."""
+    rate = 1000.0
+    node = policy_node(generator.path, rate_hz=rate, policy_rate_hz=100.0, chunk_execution="ensemble")
+    robot = RobotSide(rate_hz=rate)
+    nodes = [node, robot]
+    try:
+        start(node, robot)
+        n0, steps0, replans0, t0 = len(robot.commands), node.steps, node.ctl.chunks.replans, time.monotonic()
+        run_for(nodes, 1.0)
+        elapsed = time.monotonic() - t0
+        commands = robot.commands[n0:]
+        assert len(commands) >= 0.6 * rate * elapsed, len(commands) / elapsed  # CI machines are shared
+        replan_rate = (node.ctl.chunks.replans - replans0) / elapsed
+        assert 0.6 * 100 <= replan_rate <= 1.05 * 100, replan_rate
+        limits = ROBOT.safety_limits(node.ctl.spec)
+        values = np.array([c for _, c in commands])
+        assert np.isfinite(values).all()
+        assert (values >= np.asarray(limits.lower)).all() and (values <= np.asarray(limits.upper)).all()
+        # the filter budgets max_rate / rate_hz per command, and the command moves nearly every step
+        steps = np.abs(np.diff(values, axis=0)).max(axis=1)
+        lost = node.steps - steps0 - len(commands)  # best effort: a lost command may double one step
+        assert np.count_nonzero(steps > limits.max_rate / rate + 1e-9) <= max(lost, 0), (steps.max(), lost)
+        assert steps.max() <= 2 * limits.max_rate / rate + 1e-9
+        assert np.mean(steps > 0) > 0.9
+        run_for(nodes, 0.25)  # one more /diagnostics
+        diag = {kv.key: kv.value for st in robot.diagnostics[-1].status for kv in st.values}
+        assert int(diag["chunk.replans"]) > 0 and diag["chunk.horizon_exhaustions"] == "0"
     finally:
         for n in nodes:
             n.destroy_node()

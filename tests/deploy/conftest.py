@@ -1,0 +1,57 @@
+"""A tiny action-chunk generator for the quadruped, exported with `export_generator` once per worker.
+
+No training: the serving path only needs a model of the right interface whose chunk depends on
+both the observation history and the noise, with actions small enough to stay inside the limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import NamedTuple
+
+import pytest
+import torch
+from torch import nn
+
+from deploy.onnx_export import export_generator
+from reflexlab.spec import Spec
+from sim.registry import get_task
+
+# The quadruped's interface as an action-chunk model: 8 actions per chunk, 4 executed, 2 observations.
+GENERATOR_SPEC = dataclasses.replace(
+    get_task("quadruped-walk").spec(),
+    action_chunk=8,
+    execution_horizon=4,
+    observation_horizon=2,
+    control_rate_hz=100.0,
+)
+
+
+class TinyGenerator(nn.Module):
+    """chunk[b, h] = 0.5 (1 + h / (H − 1)) tanh(W · scaled obs history) + 0.1 noise[b, h]."""
+
+    def __init__(self, spec: Spec) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Linear(spec.observation_horizon * spec.policy_obs.size, spec.action.size)
+        self.register_buffer("scales", torch.tensor(spec.policy_obs.scales()))
+        self.register_buffer("ramp", 1.0 + torch.linspace(0.0, 1.0, spec.action_chunk).view(1, -1, 1))
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        z = torch.tanh(self.net((obs * self.scales).flatten(1)))
+        return 0.5 * self.ramp * z[:, None, :] + 0.1 * noise
+
+
+class Generator(NamedTuple):
+    path: Path
+    module: TinyGenerator
+    spec: Spec
+
+
+@pytest.fixture(scope="session")
+def generator(tmp_path_factory: pytest.TempPathFactory) -> Generator:
+    module = TinyGenerator(GENERATOR_SPEC).eval()
+    path = tmp_path_factory.mktemp("generator") / "generator.onnx"
+    export_generator(module, GENERATOR_SPEC, path, {"checkpoint_sha256": "0" * 64, "teacher": "none (test)"})
+    return Generator(path, module, GENERATOR_SPEC)
