@@ -200,3 +200,62 @@ __all__ = [
     "verify",
     "verify_generator",
 ]
+
+
+def record_histories(sampler: Any, spec: Spec, num_obs: int, seed: int = 7) -> np.ndarray:
+    """Observation histories (num_obs, To, n) recorded by running a chunk policy on its own task."""
+    from policies.chunk_eval import evaluate_chunks
+
+    rows: list[np.ndarray] = []
+
+    def recording(obs: np.ndarray, noise: np.ndarray) -> np.ndarray:
+        rows.append(obs.copy())
+        return sampler(obs, noise)
+
+    episodes = 8
+    steps = -(-num_obs // episodes) * spec.execution_horizon  # one recorded history per re-plan
+    evaluate_chunks(recording, spec, list(range(seed, seed + episodes)), noise_seed=seed, episode_steps=steps)
+    return np.concatenate(rows)[:num_obs]
+
+
+def export_generative_checkpoint(
+    run_or_ckpt: Path, out: Path, steps: int | None = None, num_obs: int = 256, tolerance: float = 1e-4
+) -> dict[str, Any]:
+    """Export a generative policy (one-step student, or a teacher at ``steps`` unrolled steps) and verify it.
+
+    Students export as `OneStepGenerator` (one network evaluation); a multi-step policy (or a student
+    asked for more steps) as `MultiStepSampler`, so teachers can be served and benchmarked the same way.
+    Parity is checked on observation histories recorded by running the policy on its task.
+    """
+    from policies.generative.policy import DEFAULT_STEPS, ONE_STEP_METHODS, MultiStepSampler, OneStepGenerator
+    from policies.imitation import TorchSampler, load_generative
+
+    policy, spec, extra, path = load_generative(run_or_ckpt)
+    steps = steps or DEFAULT_STEPS[policy.method]
+    one_step = policy.method in ONE_STEP_METHODS and steps == 1
+    module = OneStepGenerator(policy) if one_step else MultiStepSampler(policy, steps)
+    sha = file_sha256(path)
+    meta = {
+        "checkpoint_sha256": sha,
+        "checkpoint_step": str(extra.get("step", "")),
+        "method": policy.method,
+        "sampling_steps": str(steps),
+        "role": str(extra.get("role", "")),
+        "teacher_sha256": str(extra.get("teacher_sha256", "")),
+        "task": spec.task,
+    }
+    export_generator(module, spec, out, meta)
+    obs = record_histories(TorchSampler(policy, steps), spec, num_obs)
+    noise = np.random.default_rng(0).standard_normal((len(obs), spec.action_chunk, spec.action.size))
+    err = verify_generator(module, out, obs, noise.astype(np.float32))
+    if not err <= tolerance:
+        raise ExportError(f"onnxruntime differs from torch by {err:.3g} (> {tolerance:g}) on recorded observations")
+    return {
+        "onnx": str(out),
+        "checkpoint": str(path),
+        "checkpoint_sha256": sha,
+        "method": policy.method,
+        "sampling_steps": steps,
+        "max_abs_error": err,
+        "num_obs": len(obs),
+    }

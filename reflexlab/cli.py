@@ -117,23 +117,125 @@ def export(
     out: Path = Path("policy.onnx"),
     num_obs: int = 1000,
     task: str | None = None,
+    steps: int | None = None,
 ) -> None:
     """Export a checkpoint to ONE self-contained ONNX file (Spec in metadata) and verify it against torch.
+
+    PPO runs export obs -> action; generative runs export (obs history, noise) -> action chunk: one
+    network evaluation for a one-step student, the unrolled sampler for a teacher.
 
     Args:
         run_dir: a run folder (its latest checkpoint) or a checkpoint file.
         out: output .onnx path.
         num_obs: recorded observations used to check onnxruntime against torch.
         task: refuse the checkpoint unless its Spec matches this task's (names the differing field).
+        steps: sampling steps of a generative policy (default: 1 for students, 10 for teachers).
     """
-    from deploy.onnx_export import export_checkpoint
+    from deploy.onnx_export import export_checkpoint, export_generative_checkpoint
+    from policies.imitation import is_generative, load_generative
 
-    result = export_checkpoint(run_dir, out, num_obs=num_obs, task=task)
+    if is_generative(run_dir):
+        if task is not None:
+            from policies.imitation import plain
+            from sim.registry import get_task
+
+            get_task(task).spec().check_compatible(plain(load_generative(run_dir)[1]), context=f"task {task}")
+        result = export_generative_checkpoint(run_dir, out, steps=steps, num_obs=min(num_obs, 256))
+    else:
+        result = export_checkpoint(run_dir, out, num_obs=num_obs, task=task)
     print(f"wrote {out} (checkpoint sha256 {result['checkpoint_sha256'][:12]}…)")
     print(
         f"onnxruntime vs torch on {result['num_obs']} recorded observations: "
         f"max abs error {result['max_abs_error']:.2e}"
     )
+
+
+def demos(
+    task: str = "panda-push-t",
+    episodes: int = 200,
+    out: Path = Path("runs/panda-push-t/demos"),
+    seed: int = 0,
+    num_envs: int = 8,
+) -> None:
+    """Record scripted-expert demonstrations (successful episodes only) in the LeRobot v3 episode format.
+
+    Args:
+        task: a demonstration task (e.g. panda-push-t).
+        episodes: successful episodes to record.
+        out: dataset folder (appended to when it exists).
+        seed: seed of the first episode (episode k of a batch uses seed + k).
+        num_envs: scenes simulated together.
+    """
+    from sim.demos import record_demos
+
+    s = record_demos(task, episodes, out, seed=seed, num_envs=num_envs)
+    print(
+        f"recorded {s.episodes} episodes ({s.attempted} attempted, expert success {s.expert_success_rate:.0%}, "
+        f"mean {s.mean_length:.0f} steps) into {out}; {s.two_sided_steps} steps in two-sided detours "
+        f"({s.detour_fraction_ccw:.0%} of detour steps counter-clockwise)"
+    )
+
+
+def bc(
+    dataset: Path = Path("runs/panda-push-t/demos"),
+    policy: Literal["diffusion", "flow", "meanflow"] = "diffusion",
+    run_dir: Path = Path("runs/panda-push-t/diffusion"),
+    steps: int = 20_000,
+    time_budget_s: float | None = None,
+    seed: int = 0,
+    obs_horizon: int = 2,
+    horizon: int = 16,
+    execution_horizon: int = 8,
+) -> None:
+    """Train a generative teacher (1-D U-Net over action chunks, EMA) on demonstrations.
+
+    Args:
+        dataset: episode dataset (reflexlab demos).
+        policy: diffusion (DDPM/DDIM), flow (flow matching, Euler) or meanflow (one-step from data, DMPO-style).
+        run_dir: checkpoints and TensorBoard logs.
+        steps: optimiser steps (the cosine schedule spans them).
+        time_budget_s: stop earlier after this many seconds.
+        seed: torch seed.
+        obs_horizon: observations the policy reads (To).
+        horizon: actions per chunk (H).
+        execution_horizon: actions executed per chunk (Ta).
+    """
+    from policies.imitation import train_bc_run
+
+    _require(dataset, "a dataset (reflexlab demos)")
+    ckpt = train_bc_run(policy, dataset, run_dir, steps, time_budget_s, seed, obs_horizon, horizon, execution_horizon)
+    print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
+
+
+def distill(
+    teacher: Path = Path("runs/panda-push-t/diffusion"),
+    method: Literal["consistency", "meanflow"] = "consistency",
+    dataset: Path = Path("runs/panda-push-t/demos"),
+    run_dir: Path = Path("runs/panda-push-t/consistency"),
+    steps: int = 5_000,
+    time_budget_s: float | None = None,
+    seed: int = 0,
+    dispersive_weight: float = 0.0,
+) -> None:
+    """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
+
+    Args:
+        teacher: teacher run folder or checkpoint.
+        method: consistency (regress onto the teacher's 10-step samples from the same noise) or meanflow
+            (average-velocity field, one step; initialised from the teacher).
+        dataset: the dataset whose observations condition the student; must match the teacher's Spec.
+        run_dir: checkpoints and TensorBoard logs.
+        steps: optimiser steps.
+        time_budget_s: stop earlier after this many seconds.
+        seed: torch seed.
+        dispersive_weight: DMPO's dispersive regulariser on the observation embedding (0 = off; DMPO uses 0.5).
+    """
+    from policies.imitation import distill_run
+
+    _require(teacher, "a teacher run (reflexlab bc)")
+    _require(dataset, "a dataset (reflexlab demos)")
+    ckpt = distill_run(teacher, method, dataset, run_dir, steps, time_budget_s, seed, dispersive_weight)
+    print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
 
 def inspect(model: tyro.conf.Positional[Path]) -> None:
@@ -146,7 +248,7 @@ def inspect(model: tyro.conf.Positional[Path]) -> None:
 
 
 def bench(
-    what: tyro.conf.Positional[Literal["sim", "serve", "sim2sim"]],
+    what: tyro.conf.Positional[Literal["sim", "serve", "sim2sim", "distill"]],
     task: str = "quadruped-walk",
     num_envs: int = 256,
     steps: int = 200,
@@ -159,6 +261,15 @@ def bench(
     json_only: Annotated[bool, tyro.conf.arg(name="json")] = False,
     out_dir: Path = Path("runs/bench"),
     inference_every_state: bool = False,
+    work_dir: Path = Path("runs/panda-push-t"),
+    teacher: Literal["diffusion", "flow"] = "diffusion",
+    students: tuple[Literal["consistency", "meanflow"], ...] = ("consistency", "meanflow"),
+    train_seeds: tuple[int, ...] = (0,),
+    teacher_steps: int = 20_000,
+    student_steps: int = 5_000,
+    teacher_time_budget_s: float | None = None,
+    student_time_budget_s: float | None = None,
+    episodes: int = 50,
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
 
@@ -177,8 +288,43 @@ def bench(
         json_only: print only the JSON line.
         out_dir: where the JSON and plots are written.
         inference_every_state: evaluate the policy on every state instead of at the model's rate (serve).
+        work_dir: demos and runs (distill); whatever is missing (demos, teacher, students) is made first.
+        teacher: teacher method (distill).
+        students: one-step students (distill).
+        train_seeds: training seeds; scores are mean ± std over them (distill).
+        teacher_steps: teacher optimiser steps when it must be trained (distill).
+        student_steps: student optimiser steps when they must be trained (distill).
+        teacher_time_budget_s: stop teacher training earlier (distill).
+        student_time_budget_s: stop student training earlier (distill).
+        episodes: seeded evaluation episodes per policy (distill).
     """
-    if what == "sim":
+    if what == "distill":
+        from policies.bench_distill import DistillBudget, bench_distill
+
+        budget = (
+            DistillBudget.quick()
+            if quick
+            else DistillBudget(
+                teacher_steps=teacher_steps,
+                teacher_time_s=teacher_time_budget_s,
+                student_steps=student_steps,
+                student_time_s=student_time_budget_s,
+                eval_episodes=episodes,
+            )
+        )
+        task = "panda-push-t" if task == "quadruped-walk" else task
+        metrics = bench_distill(
+            task,
+            work_dir,
+            teacher,
+            tuple(students),
+            tuple(train_seeds),
+            budget=budget,
+            quick=quick,
+            table=not json_only,
+            out_dir=out_dir,
+        )
+    elif what == "sim":
         from policies.bench_sim import bench_sim
 
         metrics = bench_sim(task, num_envs=num_envs, steps=steps, quick=quick, table=not json_only, out_dir=out_dir)
@@ -348,6 +494,9 @@ COMMANDS = {
     "train": train,
     "play": play,
     "export": export,
+    "demos": demos,
+    "bc": bc,
+    "distill": distill,
     "inspect": inspect,
     "serve": serve,
     "sim-bridge": sim_bridge,

@@ -143,7 +143,8 @@ class PushTExpert:
             return ExpertStep(_toward(pusher, pre, self.max_move), 0, False)
         r = pusher - c
         if np.linalg.norm(r) < self.circle - 0.004:  # inside the clearance circle: back straight out
-            return ExpertStep(c + r / (np.linalg.norm(r) + 1e-9) * self.circle, self.direction, self.two_sided)
+            out = c + r / (np.linalg.norm(r) + 1e-9) * self.circle
+            return ExpertStep(out, self.direction, self.two_sided and self.direction != 0)
         delta = _wrap(np.arctan2(*(approach - c)[::-1]) - np.arctan2(r[1], r[0]))
         if self.direction == 0:  # a new detour: choose the way round
             self.two_sided = abs(abs(delta) - np.pi) < self.ambiguity / 2

@@ -1,0 +1,278 @@
+"""`reflexlab bench distill`: teachers at 100/10/1 steps vs one-step students, in one process.
+
+For each training seed the bench evaluates, with the SAME evaluation seeds and noise draws: the
+teacher sampled in 100, 10 and 1 steps (the 1-step teacher is the naive baseline that distillation
+must beat) and each one-step student. Task scores follow both published Push-T conventions (mean
+of each episode's maximum coverage; success = coverage ≥ 0.95) and are reported mean ± std over
+training seeds. Latency is onnxruntime's, batch 1, one thread, on the exported files. Where the
+task knows its expert's modes (``two_sided_states``/``chunk_mode`` on its env class), each
+policy's chunks at the expert's two-sided states are classified over 100 noise samples.
+
+Missing pieces are made first, so one command goes from nothing to the table: demonstrations
+(``WORK_DIR/demos``), then per training seed a teacher and its students
+(``WORK_DIR/seed<k>/<method>``), each trained within its budget.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from policies.chunk_eval import evaluate_chunks
+from reflexlab.bench import machine, print_table, write_json
+
+
+@dataclass(frozen=True)
+class DistillBudget:
+    """How much each stage gets: CI-sized with ``quick``, otherwise the measured configuration."""
+
+    demos: int = 200
+    teacher_steps: int = 20_000
+    teacher_time_s: float | None = None
+    student_steps: int = 5_000
+    student_time_s: float | None = None
+    eval_episodes: int = 50
+    latency_reps: int = 300
+    mode_samples: int = 100
+    mode_states: int = 20
+
+    @classmethod
+    def quick(cls) -> DistillBudget:
+        return cls(
+            demos=12,
+            teacher_steps=150,
+            student_steps=60,
+            eval_episodes=4,
+            latency_reps=20,
+            mode_samples=16,
+            mode_states=3,
+        )
+
+
+def latency_us(onnx_path: Path, reps: int, seed: int = 0) -> dict[str, float]:
+    """onnxruntime latency (µs) of one call at batch 1 on one thread: p50, p99 over ``reps`` calls."""
+    from deploy.runner import OnnxGenerator
+
+    gen = OnnxGenerator(onnx_path, threads=1, seed=seed)
+    s = gen.spec
+    obs = np.zeros((1, s.observation_horizon, s.policy_obs.size), np.float32)
+    rng = np.random.default_rng(seed)
+    for _ in range(min(10, reps)):  # warm-up: first calls allocate
+        gen.sample(obs, rng.standard_normal((1, s.action_chunk, s.action.size)).astype(np.float32))
+    times = []
+    for _ in range(reps):
+        noise = rng.standard_normal((1, s.action_chunk, s.action.size)).astype(np.float32)
+        t0 = time.perf_counter_ns()
+        gen.sample(obs, noise)
+        times.append((time.perf_counter_ns() - t0) / 1e3)
+    return {"p50": float(np.percentile(times, 50)), "p99": float(np.percentile(times, 99))}
+
+
+def bench_distill(
+    task: str,
+    work_dir: Path,
+    teacher: str = "diffusion",
+    students: tuple[str, ...] = ("consistency", "meanflow"),
+    train_seeds: tuple[int, ...] = (0,),
+    teacher_sampling: tuple[int, ...] = (100, 10, 1),
+    budget: DistillBudget | None = None,
+    quick: bool = False,
+    table: bool = True,
+    out_dir: Path = Path("runs/bench"),
+) -> dict[str, Any]:
+    from policies.imitation import TorchSampler, load_generative
+
+    budget = budget or (DistillBudget.quick() if quick else DistillBudget())
+    work_dir = Path(work_dir)
+    dataset = _ensure_demos(task, work_dir / "demos", budget)
+    eval_seeds = list(range(10_000, 10_000 + budget.eval_episodes))
+    rows: dict[str, dict[str, list[float]]] = {}
+    onnx_dir = out_dir / "distill_onnx"
+    for seed in train_seeds:
+        runs = _ensure_runs(dataset, work_dir / f"seed{seed}", teacher, students, seed, budget)
+        entries = [(f"{teacher}@{k}", runs[teacher], k) for k in teacher_sampling]
+        entries += [(f"{m}@1", runs[m], 1) for m in students]
+        for name, run, steps in entries:
+            policy, spec, _, _ = load_generative(run)
+            sampler = TorchSampler(policy, steps)
+            res = evaluate_chunks(sampler, spec, eval_seeds, noise_seed=seed, progress=table, desc=name)
+            r = rows.setdefault(name, {})
+            for k, v in res.summary().items():
+                r.setdefault(k, []).append(v)
+            if seed == train_seeds[0]:  # latency and modes do not depend on the training seed's luck
+                r.update(_latency(run, steps, onnx_dir / f"{name.replace('@', '_')}.onnx", budget))
+                r.update(_modes(task, dataset, spec, sampler, budget))
+    metrics = _flatten(rows, teacher, students, teacher_sampling)
+    metrics.update(
+        {
+            "machine": machine(),
+            "config": {
+                "task": task,
+                "work_dir": str(work_dir),
+                "teacher": teacher,
+                "students": list(students),
+                "train_seeds": list(train_seeds),
+                "eval_episodes": budget.eval_episodes,
+                "eval_seeds": f"{eval_seeds[0]}..{eval_seeds[-1]}",
+                "quick": quick,
+                "budget": budget.__dict__,
+            },
+        }
+    )
+    if table:
+        _print(rows, train_seeds)
+    write_json(metrics, out_dir, "distill")
+    _plot(rows, out_dir / "distill.png")
+    return metrics
+
+
+def _ensure_demos(task: str, root: Path, budget: DistillBudget) -> Path:
+    from reflexlab.dataset import load_dataset
+    from sim.demos import record_demos
+
+    if not (root / "meta" / "info.json").exists():
+        print(f"recording {budget.demos} demonstrations into {root}", flush=True)
+        record_demos(task, budget.demos, root)
+    load_dataset(root)
+    return root
+
+
+def _ensure_runs(
+    dataset: Path, root: Path, teacher: str, students: tuple[str, ...], seed: int, budget: DistillBudget
+) -> dict[str, Path]:
+    from policies.imitation import distill_run, train_bc_run
+
+    runs = {teacher: root / teacher}
+    if not list(runs[teacher].glob("model_*.pt")):
+        train_bc_run(teacher, dataset, runs[teacher], budget.teacher_steps, budget.teacher_time_s, seed)
+    for m in students:
+        runs[m] = root / m
+        if not list(runs[m].glob("model_*.pt")):
+            distill_run(runs[teacher], m, dataset, runs[m], budget.student_steps, budget.student_time_s, seed)
+    return runs
+
+
+def _latency(run: Path, steps: int, out: Path, budget: DistillBudget) -> dict[str, list[float]]:
+    from deploy.onnx_export import export_generative_checkpoint
+
+    export_generative_checkpoint(run, out, steps=steps, num_obs=16)
+    lat = latency_us(out, budget.latency_reps if steps < 50 else max(10, budget.latency_reps // 10))
+    return {"latency_p50_us": [lat["p50"]], "latency_p99_us": [lat["p99"]]}
+
+
+def _modes(task: str, dataset: Path, spec: Any, sampler: Any, budget: DistillBudget) -> dict[str, list[float]]:
+    from reflexlab.dataset import load_dataset
+    from sim.registry import get_task
+
+    env_cls = get_task(task).task_class
+    if not hasattr(env_cls, "two_sided_states"):
+        return {}
+    hists, _ = env_cls.two_sided_states(load_dataset(dataset), spec.observation_horizon, budget.mode_states)
+    rng = np.random.default_rng(123)
+    counts = np.zeros(3)
+    both = 0
+    for h in hists:
+        obs = np.repeat(h[None], budget.mode_samples, 0).astype(np.float32)
+        noise = rng.standard_normal((budget.mode_samples, spec.action_chunk, spec.action.size)).astype(np.float32)
+        modes = env_cls.chunk_mode(sampler(obs, noise), h, spec.observation_horizon - 1, spec.execution_horizon)
+        c = np.array([(modes == 1).sum(), (modes == -1).sum(), (modes == 0).sum()])
+        counts += c
+        both += int(min(c[0], c[1]) >= max(1, 0.05 * budget.mode_samples))
+    frac = counts / counts.sum()
+    return {
+        "mode_ccw_fraction": [float(frac[0])],
+        "mode_cw_fraction": [float(frac[1])],
+        "mode_none_fraction": [float(frac[2])],
+        "states_with_both_modes_fraction": [both / len(hists)],
+    }
+
+
+def _flatten(
+    rows: dict[str, dict[str, list[float]]], teacher: str, students: tuple[str, ...], sampling: tuple[int, ...]
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, r in rows.items():
+        key = name.replace("@", "_").replace("-", "_")
+        for metric, values in r.items():
+            out[f"{key}_{metric}"] = float(np.mean(values))
+            if len(values) > 1:
+                out[f"{key}_{metric}_std"] = float(np.std(values))
+    ref = f"{teacher}@{max(sampling)}"
+    one = f"{teacher}@1"
+    for m in students:
+        s = f"{m}@1"
+        for metric in ("mean_max_coverage", "success_rate"):
+            t = np.mean(rows[ref][metric])
+            out[f"{m}_{metric}_ratio_to_teacher{max(sampling)}"] = float(np.mean(rows[s][metric]) / t) if t else None
+            out[f"{m}_{metric}_gain_over_teacher1"] = float(np.mean(rows[s][metric]) - np.mean(rows[one][metric]))
+        if "latency_p50_us" in rows[s]:
+            out[f"latency_ratio_teacher{max(sampling)}_to_{m}"] = float(
+                rows[ref]["latency_p50_us"][0] / rows[s]["latency_p50_us"][0]
+            )
+    return out
+
+
+def _print(rows: dict[str, dict[str, list[float]]], train_seeds: tuple[int, ...]) -> None:
+    def ms(v: list[float], fmt: str = "{:.3f}") -> str:
+        return fmt.format(np.mean(v)) + (f" ± {fmt.format(np.std(v))}" if len(v) > 1 else "")
+
+    table = []
+    for name, r in rows.items():
+        modes = f"{r['mode_ccw_fraction'][0]:.2f}/{r['mode_cw_fraction'][0]:.2f}" if "mode_ccw_fraction" in r else "-"
+        table.append(
+            (
+                name,
+                ms(r["mean_max_coverage"]),
+                ms(r["success_rate"]),
+                f"{r.get('latency_p50_us', [float('nan')])[0]:.0f}",
+                f"{r.get('latency_p99_us', [float('nan')])[0]:.0f}",
+                modes,
+            )
+        )
+    print_table(
+        f"bench distill — policy@sampling steps; scores over {len(train_seeds)} training seed(s)",
+        table,
+        ("policy", "mean max coverage", "success (cov ≥ 0.95)", "p50 µs", "p99 µs", "modes ccw/cw"),
+    )
+
+
+def _plot(rows: dict[str, dict[str, list[float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(rows)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    cov = [np.mean(rows[n]["mean_max_coverage"]) for n in names]
+    err = [np.std(rows[n]["mean_max_coverage"]) for n in names]
+    a.bar(names, cov, yerr=err, color="tab:blue", alpha=0.8, label="mean max coverage")
+    a.bar(
+        names,
+        [np.mean(rows[n]["success_rate"]) for n in names],
+        color="tab:green",
+        alpha=0.6,
+        width=0.4,
+        label="success rate",
+    )
+    a.set_ylim(0, 1.05)
+    a.legend()
+    a.set_title("task performance")
+    lat = [rows[n].get("latency_p50_us", [np.nan])[0] for n in names]
+    b.bar(names, lat, color="tab:orange")
+    b.set_yscale("log")
+    b.set_ylabel("onnxruntime p50 latency (µs, batch 1, 1 thread)")
+    b.set_title("latency")
+    for ax in (a, b):
+        ax.tick_params(axis="x", rotation=30)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+__all__ = ["DistillBudget", "bench_distill", "latency_us"]
