@@ -1,0 +1,30 @@
+"""Consistency distillation, RL-100 style: a one-step student matches a K-step teacher on the same noise.
+
+L = ‖student(ε, O) − sg(teacher_K(ε, O))‖², with the teacher deterministic (DDIM η = 0 for
+diffusion, Euler for flow) so that each ε has one target: the student learns the teacher's
+noise → chunk map, and with it the teacher's modes, instead of regressing to their mean (which is
+what plain one-step regression onto data actions would learn). The student is a copy of the
+teacher's network initialised from its weights (`policy.make_student`), with its own optimiser
+and EMA (≈ 0.95). Regression happens in normalised units, on the student's unclipped output:
+clipping would cut the gradient of samples that overshoot the box.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from policies.generative.policy import GenerativePolicy
+
+TEACHER_STEPS = 10  # RL-100: DDIM 10
+
+
+def distillation_loss(
+    student: GenerativePolicy, teacher: GenerativePolicy, obs: torch.Tensor, teacher_steps: int = TEACHER_STEPS
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Mean squared error between student and teacher chunks from the same fresh noise; raw obs (B, To, n)."""
+    noise = torch.randn(obs.shape[0], student.cfg.horizon, student.cfg.action_dim, device=obs.device)
+    with torch.no_grad():
+        target = teacher.sample_normalized(teacher.condition(obs), noise, teacher_steps)
+    loss = F.mse_loss(student.one_step_unclipped(noise, student.condition(obs)), target)
+    return loss, {"consistency_loss": loss.item(), "loss": loss.item()}

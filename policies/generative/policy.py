@@ -1,0 +1,311 @@
+"""Generative action-chunk policies: one module for every method, and the modules that get exported.
+
+`GenerativePolicy` = observation normaliser → `ObsEncoder` → `ConditionalUnet1D` (+ action
+normaliser), with the method deciding what the U-Net's output means:
+
+* ``diffusion``: ε-prediction on the cosine schedule, sampled with DDIM (K steps) or DDPM (100);
+* ``flow``: velocity ε − A of flow matching, sampled with K Euler steps;
+* ``meanflow``: average velocity u(z, r, t), sampled in K jumps (one is the point);
+* ``consistency``: a one-step student distilled from a teacher (see `consistency`).
+
+Both one-step students sample the same way, A = clip(z − f(z, t = 1[, t − r = 1], O), −1, 1): for
+MeanFlow that is z₁ − u(z₁, r = 0, t = 1); for a consistency student, a copy of a flow teacher
+starts as one Euler step and a copy of a diffusion teacher as z − ε̂(z) — a sane start either way,
+unlike reading a raw output as the action. Everything inside works in normalised units; `sample`,
+`OneStepGenerator` and `MultiStepSampler` take and return raw units.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from torch import nn
+
+from policies.checkpoint import CheckpointError
+from policies.generative.diffusion import Diffusion
+from policies.generative.dispersive import dispersive_loss
+from policies.generative.flow import FlowMatching
+from policies.generative.meanflow import MeanFlow, MeanFlowVariant
+from policies.generative.normalizer import MinMaxNormalizer
+from policies.generative.unet import ConditionalUnet1D, ObsEncoder
+
+Method = Literal["diffusion", "flow", "consistency", "meanflow"]
+METHODS: tuple[str, ...] = ("diffusion", "flow", "consistency", "meanflow")
+ONE_STEP_METHODS: tuple[str, ...] = ("consistency", "meanflow")
+DEFAULT_STEPS = {"diffusion": 10, "flow": 10, "consistency": 1, "meanflow": 1}
+CHECKPOINT_FORMAT = "reflexlab.generative/1"
+
+
+@dataclass(frozen=True)
+class PolicyOptions:
+    """What a user chooses about a generative policy; the Spec supplies its sizes and horizons.
+
+    Network fields follow Diffusion Policy except the widths, (64, 128, 256) and a 64-wide time
+    embedding, sized for CPUs; the paper's state-input U-Net is down_dims (256, 512, 1024) with
+    time_embed_dim 256. ``dispersive_weight`` > 0 adds DMPO's regulariser on the encoder output,
+    for any method (METHODS.md: weight ≈ 0.5, τ ≈ 0.3–0.5); it is off by default.
+    """
+
+    down_dims: tuple[int, ...] = (64, 128, 256)
+    kernel_size: int = 5
+    n_groups: int = 8
+    time_embed_dim: int = 64
+    encoder_hidden: int = 256
+    encoder_dim: int = 64
+    diffusion_train_steps: int = 100
+    flow_beta: tuple[float, float] = (1.5, 1.0)
+    meanflow_variant: MeanFlowVariant = "imf"
+    meanflow_r_equals_t: float = 0.5
+    meanflow_logit_mean: float = 0.0
+    meanflow_logit_std: float = 2.0
+    meanflow_weight_power: float = 1.0
+    dispersive_weight: float = 0.0
+    dispersive_tau: float = 0.4
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PolicyOptions:
+        d = dict(d)
+        d["down_dims"], d["flow_beta"] = tuple(d["down_dims"]), tuple(d["flow_beta"])
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """Everything needed to rebuild a policy's modules: stored in every checkpoint."""
+
+    method: Method
+    obs_dim: int
+    action_dim: int
+    obs_horizon: int
+    horizon: int
+    options: PolicyOptions = field(default_factory=PolicyOptions)
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown generative method {self.method!r}; known: {', '.join(METHODS)}")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
+        return cls(**{**d, "options": PolicyOptions.from_dict(d["options"])})
+
+
+class GenerativePolicy(nn.Module):
+    """Normalisers + observation encoder + U-Net + method. See the module docstring."""
+
+    def __init__(
+        self,
+        cfg: PolicyConfig,
+        obs_normalizer: MinMaxNormalizer | None = None,
+        action_normalizer: MinMaxNormalizer | None = None,
+    ) -> None:
+        super().__init__()
+        o = cfg.options
+        self.cfg = cfg
+        self.obs_norm = obs_normalizer or MinMaxNormalizer(cfg.obs_dim)
+        self.action_norm = action_normalizer or MinMaxNormalizer(cfg.action_dim)
+        self.encoder = ObsEncoder(cfg.obs_dim, cfg.obs_horizon, o.encoder_hidden, o.encoder_dim)
+        self.denoiser = ConditionalUnet1D(
+            cfg.action_dim,
+            o.encoder_dim,
+            o.down_dims,
+            o.kernel_size,
+            o.n_groups,
+            o.time_embed_dim,
+            two_times=cfg.method == "meanflow",
+        )
+        if cfg.horizon % self.denoiser.horizon_multiple:
+            raise ValueError(
+                f"action chunk {cfg.horizon} is not a multiple of {self.denoiser.horizon_multiple}, which "
+                f"{len(o.down_dims)} U-Net levels (down_dims {o.down_dims}) need; use fewer levels or a longer chunk"
+            )
+        self.diffusion = Diffusion(o.diffusion_train_steps)
+        self.flow = FlowMatching(*o.flow_beta)
+        self.meanflow = MeanFlow(
+            o.meanflow_variant,
+            o.meanflow_r_equals_t,
+            o.meanflow_logit_mean,
+            o.meanflow_logit_std,
+            o.meanflow_weight_power,
+        )
+
+    @property
+    def method(self) -> str:
+        return self.cfg.method
+
+    def condition(self, obs: torch.Tensor) -> torch.Tensor:
+        """Raw observation history (B, To, n), oldest first → the FiLM condition (B, encoder_dim)."""
+        return self.encoder(self.obs_norm.normalize(obs))
+
+    def _net_fn(self, cond: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """The U-Net with ``cond`` bound, in the signature the method's loss and sampler call."""
+        if self.method == "meanflow":
+            return lambda z, t, r: self.denoiser(z, t, cond, t - r)
+        return lambda x, t: self.denoiser(x, t, cond)
+
+    def loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean training loss on raw obs (B, To, n) and action chunks (B, H, A), plus scalars to log."""
+        if self.method == "consistency":
+            raise ValueError("a consistency student learns from a teacher: use consistency.distillation_loss")
+        cond = self.condition(obs)
+        x0 = self.action_norm.normalize(actions)
+        method = {"diffusion": self.diffusion, "flow": self.flow, "meanflow": self.meanflow}[self.method]
+        loss = method.loss(self._net_fn(cond), x0).mean()
+        logs = {f"{self.method}_loss": loss.item()}
+        w = self.cfg.options.dispersive_weight
+        if w > 0:
+            disp = dispersive_loss(cond, self.cfg.options.dispersive_tau)
+            loss = loss + w * disp
+            logs["dispersive_loss"] = disp.item()
+        logs["loss"] = loss.item()
+        return loss, logs
+
+    def one_step_unclipped(self, noise: torch.Tensor, cond: torch.Tensor) -> torch.Tensor:
+        """A one-step student's normalised chunk before clipping: z − f(z, t = 1[, t − r = 1]); one network call."""
+        ones = torch.ones_like(noise[:, 0, 0])
+        h = ones if self.denoiser.two_times else None
+        return noise - self.denoiser(noise, ones, cond, h)
+
+    def sample_normalized(
+        self,
+        cond: torch.Tensor,
+        noise: torch.Tensor,
+        steps: int | None = None,
+        sampler: Literal["ddim", "ddpm"] = "ddim",
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """A normalised chunk in [-1, 1] from ``noise`` (B, H, A); ``steps`` defaults per method."""
+        steps = DEFAULT_STEPS[self.method] if steps is None else steps
+        if sampler == "ddpm":
+            if self.method != "diffusion" or steps != self.diffusion.num_train_steps:
+                raise ValueError(f"DDPM samples diffusion policies in {self.diffusion.num_train_steps} steps only")
+            return self.diffusion.ddpm_sample(self._net_fn(cond), noise, generator)
+        if self.method == "diffusion":
+            return self.diffusion.ddim_sample(self._net_fn(cond), noise, steps)
+        if self.method == "flow":
+            return self.flow.sample(self._net_fn(cond), noise, steps)
+        if self.method == "meanflow":
+            return self.meanflow.sample(self._net_fn(cond), noise, steps)
+        if steps != 1:
+            raise ValueError(f"a consistency student samples in one step, not {steps}")
+        return self.one_step_unclipped(noise, cond).clamp(-1.0, 1.0)
+
+    def sample(
+        self,
+        obs: torch.Tensor,
+        noise: torch.Tensor,
+        steps: int | None = None,
+        sampler: Literal["ddim", "ddpm"] = "ddim",
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """Raw obs history (B, To, n) + noise (B, H, A) ~ N(0, I) → action chunk (B, H, A), raw units.
+
+        Deterministic given ``noise`` except for DDPM, whose per-step noise comes from ``generator``.
+        """
+        x = self.sample_normalized(self.condition(obs), noise, steps, sampler, generator)
+        return self.action_norm.unnormalize(x)
+
+    # --- checkpoints -----------------------------------------------------------------------------
+    def save(self, path: Path, extra: dict[str, Any] | None = None, ema: nn.Module | None = None) -> Path:
+        """Write config, weights, the EMA copy's weights and ``extra`` atomically (tmp file + rename)."""
+        path = Path(path)
+        state = {
+            "format": CHECKPOINT_FORMAT,
+            "config": dataclasses.asdict(self.cfg),
+            "state_dict": self.state_dict(),
+            "ema_state_dict": None if ema is None else ema.state_dict(),
+            "extra": extra or {},
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+
+    @classmethod
+    def load(cls, path: Path, use_ema: bool = True) -> tuple[GenerativePolicy, dict[str, Any]]:
+        """(policy in eval mode, extra); the EMA weights when stored and ``use_ema``, else the raw ones."""
+        path = Path(path)
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many types for truncated or foreign files
+            raise CheckpointError(f"{path} cannot be read as a checkpoint ({type(e).__name__}: {e})") from e
+        if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{path} is not a generative-policy checkpoint ({CHECKPOINT_FORMAT})")
+        policy = cls(PolicyConfig.from_dict(state["config"]))
+        weights = state["ema_state_dict"] if use_ema and state["ema_state_dict"] is not None else state["state_dict"]
+        policy.load_state_dict(weights)
+        return policy.eval(), state["extra"]
+
+
+def make_student(teacher: GenerativePolicy, method: Method, options: PolicyOptions | None = None) -> GenerativePolicy:
+    """A one-step student initialised from a (diffusion or flow) teacher, in the teacher's normalised units.
+
+    ``consistency``: a copy of the teacher (architecture and all weights), as RL-100 does.
+    ``meanflow``: the teacher's network sizes, with the method options (``meanflow_*``,
+    ``dispersive_*``) taken from ``options``; it copies the teacher's normalisers and observation
+    encoder, and from a flow teacher the whole U-Net too: a flow field is MeanFlow's r = t case,
+    and the (t − r) embedding starts at zero, so the student starts as the teacher's one Euler
+    step. A diffusion teacher's ε-prediction is not a velocity, so its U-Net is not copied.
+    """
+    if teacher.method not in ("diffusion", "flow"):
+        raise ValueError(f"a student needs a diffusion or flow teacher, not a {teacher.method} policy")
+    if method == "consistency":
+        student = GenerativePolicy(dataclasses.replace(teacher.cfg, method="consistency"))
+        student.load_state_dict(teacher.state_dict())
+        return student
+    if method != "meanflow":
+        raise ValueError(f"students are consistency or meanflow, not {method!r}")
+    chosen = dataclasses.asdict(options or PolicyOptions())
+    method_fields = {k: v for k, v in chosen.items() if k.startswith(("meanflow_", "dispersive_"))}
+    options = dataclasses.replace(teacher.cfg.options, **method_fields)
+    student = GenerativePolicy(dataclasses.replace(teacher.cfg, method="meanflow", options=options))
+    for name in ("obs_norm", "action_norm", "encoder"):
+        getattr(student, name).load_state_dict(getattr(teacher, name).state_dict())
+    if teacher.method == "flow":
+        missing, unexpected = student.denoiser.load_state_dict(teacher.denoiser.state_dict(), strict=False)
+        if unexpected or any(not k.startswith("h_embed.") for k in missing):
+            raise RuntimeError(f"the flow teacher's U-Net does not fit the student's: {missing=} {unexpected=}")
+    return student
+
+
+class OneStepGenerator(nn.Module):
+    """What a one-step student exports: raw obs (B, To, n) + noise (B, H, A) → raw action chunk (B, H, A).
+
+    One U-Net evaluation with both normalisers baked in, clipped to the training data's range.
+    """
+
+    def __init__(self, policy: GenerativePolicy) -> None:
+        super().__init__()
+        if policy.method not in ONE_STEP_METHODS:
+            raise ValueError(
+                f"a {policy.method} policy needs several steps: distil it (consistency/meanflow) or export it "
+                "with MultiStepSampler"
+            )
+        self.policy = policy
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        p = self.policy
+        return p.action_norm.unnormalize(p.one_step_unclipped(noise, p.condition(obs)).clamp(-1.0, 1.0))
+
+
+class MultiStepSampler(nn.Module):
+    """A policy at a fixed number of steps as obs + noise → raw chunk; traced, the loop unrolls.
+
+    This is how a teacher is exported or benchmarked in onnxruntime (DDIM for diffusion).
+    """
+
+    def __init__(self, policy: GenerativePolicy, steps: int) -> None:
+        super().__init__()
+        self.policy, self.steps = policy, steps
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+        return self.policy.sample(obs, noise, self.steps)

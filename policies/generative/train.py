@@ -1,0 +1,200 @@
+"""Training loops for generative policies: teachers from demonstrations, one-step students from teachers.
+
+Dataset- and task-agnostic: a loop gets episodes ({"obs", "action"} arrays), the Spec as JSON
+(whose horizons shape the windows and which every checkpoint records) and a `TrainConfig`. The
+optimiser is Diffusion Policy's (AdamW lr 1e-4, betas (0.95, 0.999), wd 1e-6, cosine schedule
+with 500 warm-up steps, batch 256, EMA). Batches are drawn uniformly with replacement, so runs
+are sized in optimiser steps, not epochs, and a time budget can stop one anywhere. Progress goes
+to stderr (tqdm), scalars to TensorBoard event files in the run directory, and checkpoints
+(``model_<step>.pt``, written atomically) every ``checkpoint_every`` steps and at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.tensorboard import SummaryWriter
+from tqdm import tqdm
+
+from policies.checkpoint import file_sha256
+from policies.generative.consistency import TEACHER_STEPS, distillation_loss
+from policies.generative.data import ChunkWindows
+from policies.generative.ema import EMA
+from policies.generative.normalizer import MinMaxNormalizer
+from policies.generative.policy import GenerativePolicy, Method, PolicyConfig, PolicyOptions, make_student
+from reflexlab.spec import Spec
+
+Episodes = Sequence[Mapping[str, Any]]
+LossFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+FROM_DATA = ("diffusion", "flow", "meanflow")
+STUDENTS = ("consistency", "meanflow")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """One training run. ``policy`` sets the network and method options of a policy trained from data;
+    a student copies its teacher's network and takes only the method options (meanflow_*,
+    dispersive_*) from here. Training stops at ``max_steps`` or after ``time_budget_s``, whichever
+    comes first; the learning-rate schedule always spans ``max_steps``. ``device`` holds the
+    networks and each batch (the episodes stay in CPU memory); checkpoints load on any device.
+    """
+
+    method: Method = "diffusion"
+    max_steps: int = 50_000
+    time_budget_s: float | None = None
+    batch_size: int = 256
+    lr: float = 1e-4
+    betas: tuple[float, float] = (0.95, 0.999)
+    weight_decay: float = 1e-6
+    warmup_steps: int = 500
+    ema_max_decay: float = 0.9999
+    student_ema_decay: float = 0.95
+    teacher_steps: int = TEACHER_STEPS
+    seed: int = 0
+    device: str = "cpu"
+    checkpoint_every: int = 5000
+    log_every: int = 100
+    progress: bool = True
+    policy: PolicyOptions = field(default_factory=PolicyOptions)
+
+
+def train_teacher(episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json: str) -> Path:
+    """Train a policy from demonstrations (diffusion or flow teacher, or MeanFlow from scratch as in
+    DMPO's pretraining); returns the final checkpoint, whose EMA weights are the ones to use."""
+    if cfg.method not in FROM_DATA:
+        raise ValueError(f"train_teacher trains {', '.join(FROM_DATA)}; a {cfg.method} student needs distill_student")
+    spec = Spec.from_json(spec_json)
+    windows = _windows(episodes, spec)
+    torch.manual_seed(cfg.seed)
+    pcfg = PolicyConfig(
+        cfg.method, windows.obs_dim, windows.action_dim, spec.observation_horizon, spec.action_chunk, cfg.policy
+    )
+    policy = GenerativePolicy(pcfg, MinMaxNormalizer.fit(windows.obs), MinMaxNormalizer.fit(windows.action))
+    policy.to(cfg.device)
+    ema = EMA(policy, max_decay=cfg.ema_max_decay)
+    extra = {"spec": spec.to_dict(), "train_config": dataclasses.asdict(cfg), "role": "teacher"}
+    return _fit(policy, policy.loss, windows, ema, cfg, Path(run_dir), extra)
+
+
+def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json: str) -> Path:
+    """Train a one-step student of a teacher checkpoint on the observations of ``episodes``.
+
+    The teacher's Spec must equal the dataset's (``spec_json``): a `SpecMismatchError` names the
+    first field that differs. The student starts as `make_student` says. ``consistency``
+    regresses onto the teacher's K-step samples (the teacher's EMA weights, ``cfg.teacher_steps``)
+    with a fixed-decay EMA. ``meanflow`` learns from the data's actions, with the teacher-schedule
+    EMA of a policy learnt from data.
+    """
+    if cfg.method not in STUDENTS:
+        raise ValueError(f"distill_student trains {' or '.join(STUDENTS)}, not {cfg.method}")
+    teacher_ckpt = Path(teacher_ckpt)
+    teacher, teacher_extra = GenerativePolicy.load(teacher_ckpt)
+    spec = Spec.from_json(spec_json)
+    spec.check_compatible(Spec.from_dict(teacher_extra["spec"]), context=f"teacher {teacher_ckpt.name}")
+    windows = _windows(episodes, spec)
+    torch.manual_seed(cfg.seed)
+    teacher.requires_grad_(False).to(cfg.device)
+    student = make_student(teacher, cfg.method, cfg.policy).to(cfg.device)
+    if cfg.method == "consistency":
+        ema = EMA(student, fixed_decay=cfg.student_ema_decay)
+
+        def loss_fn(obs: torch.Tensor, _actions: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            return distillation_loss(student, teacher, obs, cfg.teacher_steps)
+
+    else:
+        ema = EMA(student, max_decay=cfg.ema_max_decay)
+        loss_fn = student.loss
+    extra = {
+        "spec": spec.to_dict(),
+        "train_config": dataclasses.asdict(cfg),
+        "role": "student",
+        "teacher": str(teacher_ckpt),
+        "teacher_sha256": file_sha256(teacher_ckpt),
+        "teacher_method": teacher.method,
+    }
+    return _fit(student, loss_fn, windows, ema, cfg, Path(run_dir), extra)
+
+
+def _windows(episodes: Episodes, spec: Spec) -> ChunkWindows:
+    windows = ChunkWindows(episodes, spec.observation_horizon, spec.action_chunk)
+    if windows.obs_dim != spec.policy_obs.size:
+        raise ValueError(
+            f"episodes have {windows.obs_dim} observation values per step but the Spec's policy group "
+            f"'{spec.policy_group}' has {spec.policy_obs.size}"
+        )
+    if windows.action_dim != spec.action.size:
+        raise ValueError(
+            f"episodes have {windows.action_dim} action values per step, the Spec's action {spec.action.size}"
+        )
+    return windows
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    """Linear warm-up over ``warmup`` steps, then cosine decay to 0 at ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (step - warmup) / max(1, total - warmup))))
+
+
+def _fit(
+    policy: GenerativePolicy,
+    loss_fn: LossFn,
+    windows: ChunkWindows,
+    ema: EMA,
+    cfg: TrainConfig,
+    run_dir: Path,
+    extra: dict[str, Any],
+) -> Path:
+    """The shared loop; refuses a non-finite loss, naming the step, before it reaches the weights."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    policy.train()
+    params = [p for p in policy.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg.warmup_steps, cfg.max_steps))
+    writer = SummaryWriter(log_dir=str(run_dir))
+    start, step, stopped_by = time.monotonic(), 0, "max_steps"
+
+    def checkpoint() -> Path:
+        info = {**extra, "step": step, "elapsed_s": time.monotonic() - start, "stopped_by": stopped_by}
+        return policy.save(run_dir / f"model_{step}.pt", info, ema=ema.model)
+
+    try:
+        with tqdm(total=cfg.max_steps, desc=policy.method, file=sys.stderr, disable=not cfg.progress) as bar:
+            while step < cfg.max_steps:
+                batch = windows.gather(torch.randint(len(windows), (cfg.batch_size,)))
+                obs, actions = (x.to(cfg.device) for x in batch)
+                loss, logs = loss_fn(obs, actions)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(
+                        f"non-finite {policy.method} loss ({loss.item()}) at step {step + 1}; nothing was saved "
+                        "from this step: lower the learning rate or check the episodes for NaN/inf"
+                    )
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                sched.step()
+                ema.update(policy)
+                step += 1
+                bar.update(1)
+                if step % cfg.log_every == 0 or step == 1:
+                    for k, v in logs.items():
+                        writer.add_scalar(f"train/{k}", v, step)
+                    writer.add_scalar("train/lr", sched.get_last_lr()[0], step)
+                    writer.add_scalar("train/ema_decay", ema.decay(), step)
+                    bar.set_postfix(loss=f"{logs['loss']:.4g}")
+                if cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s:
+                    stopped_by = "time_budget"
+                    break
+                if step % cfg.checkpoint_every == 0 and step < cfg.max_steps:
+                    checkpoint()
+        return checkpoint()
+    finally:
+        writer.close()

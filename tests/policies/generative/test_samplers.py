@@ -1,0 +1,134 @@
+"""Noising conventions, losses and samplers checked against exact solutions, plus MeanFlow's JVP.
+
+For a single target chunk A (a point mass) every method has a closed-form ideal network; with it
+the training loss is zero and every sampler returns A in any number of steps. That pins down the
+conventions (which end is noise, what the time input means) without any training.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from policies.generative.diffusion import Diffusion, squaredcos_cap_v2
+from policies.generative.flow import FlowMatching
+from policies.generative.meanflow import MeanFlow, jvp_along_path
+from policies.generative.normalizer import MinMaxNormalizer
+from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _target(batch: int = 6) -> torch.Tensor:
+    torch.manual_seed(0)
+    return 1.6 * torch.rand(batch, 8, 2) - 0.8
+
+
+def _exact_eps(diffusion: Diffusion, a: torch.Tensor):
+    def eps(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        ab = diffusion.alphas_cumprod[torch.round(t * diffusion.num_train_steps).long()].float().view(-1, 1, 1)
+        return (x - ab.sqrt() * a) / (1 - ab).sqrt()
+
+    return eps
+
+
+def test_cosine_schedule_and_trailing_ddim_timesteps() -> None:
+    ab = squaredcos_cap_v2(100)
+    assert ab.shape == (100,) and (ab.diff() < 0).all() and 0.999 < ab[0] < 1 and 0 < ab[-1] < 1e-6
+    d = Diffusion()
+    assert d.ddim_timesteps(10) == [99, 89, 79, 69, 59, 49, 39, 29, 19, 9]
+    assert d.ddim_timesteps(1) == [99]
+    assert d.ddim_timesteps(100) == list(range(99, -1, -1))
+    for bad in (0, 101):
+        with pytest.raises(ValueError, match=r"1\.\.100"):
+            d.ddim_timesteps(bad)
+
+
+def test_diffusion_with_the_exact_noise_predictor() -> None:
+    d, a = Diffusion(), _target()
+    eps = _exact_eps(d, a)
+    assert d.loss(eps, a).max() < 1e-6
+    noise = torch.randn_like(a)
+    for steps in (1, 3, 10, 100):
+        assert torch.allclose(d.ddim_sample(eps, noise, steps), a, atol=2e-3), steps
+    assert torch.allclose(d.ddpm_sample(eps, noise, torch.Generator().manual_seed(0)), a, atol=2e-3)
+
+
+def test_flow_and_meanflow_with_the_exact_velocity() -> None:
+    """Path x_t = t·ε + (1 − t)·A: toward a point mass the velocity is (x − A)/t at every t, and the
+    average velocity over any [r, t] is the same (the path is straight)."""
+    a = _target()
+
+    def velocity(x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        return (x - a) / t.view(-1, 1, 1)
+
+    flow = FlowMatching()
+    assert flow.loss(velocity, a).max() < 1e-8
+    noise = torch.randn_like(a)
+    for steps in (1, 4):
+        assert torch.allclose(flow.sample(velocity, noise, steps), a, atol=1e-5)
+    for variant in ("mf", "imf"):
+        mf = MeanFlow(variant)
+        assert mf.loss(lambda z, t, r: velocity(z, t), a).max() < 1e-6, variant
+        wrong = mf.loss(lambda z, t, r: velocity(z, t) + 0.1, a)
+        assert wrong.min() > 0.1, f"{variant}: a wrong field must cost"
+    for steps in (1, 3):
+        assert torch.allclose(MeanFlow.sample(lambda z, t, r: velocity(z, t), noise, steps), a, atol=1e-5)
+
+
+def test_flow_training_times_favour_the_noisy_end() -> None:
+    torch.manual_seed(0)
+    t = FlowMatching().time_dist.sample((20000,))
+    assert t.mean().item() == pytest.approx(0.6, abs=0.01)  # Beta(1.5, 1) has mean 0.6: t = 1 is noise
+
+
+def test_meanflow_times() -> None:
+    torch.manual_seed(0)
+    t, r = MeanFlow(r_equals_t=0.5).sample_times(20000)
+    assert ((r <= t) & (r > 0) & (t < 1)).all()
+    assert (r == t).float().mean().item() == pytest.approx(0.5, abs=0.02)
+    assert ((t > 0.95) & (r < 0.05)).any(), "the one-step jump (r ≈ 0, t ≈ 1) must be trained"
+
+
+def test_meanflow_jvp_matches_a_finite_difference() -> None:
+    """du/dt = v·∂_z u + ∂_t u from one forward-mode product equals a central difference along the path."""
+    torch.manual_seed(0)
+    opts = PolicyOptions(down_dims=(8, 16), time_embed_dim=16, encoder_hidden=32, encoder_dim=16)
+    policy = GenerativePolicy(PolicyConfig("meanflow", 3, 2, 2, 8, opts)).double()
+    torch.nn.init.normal_(policy.denoiser.h_embed[-1].weight, std=0.1)  # make u depend on t − r
+    cond = policy.condition(torch.randn(5, 2, 3, dtype=torch.float64))
+
+    def u_fn(z: torch.Tensor, t: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return policy.denoiser(z, t, cond, t - r)
+
+    z, v = torch.randn(5, 8, 2, dtype=torch.float64), torch.randn(5, 8, 2, dtype=torch.float64)
+    t = torch.tensor([0.3, 0.5, 0.7, 0.9, 0.99], dtype=torch.float64)
+    r = t * torch.tensor([0.0, 0.2, 0.5, 0.9, 1.0], dtype=torch.float64)
+    u, dudt = jvp_along_path(u_fn, z, t, r, v)
+    h = 1e-6
+    fd = (u_fn(z + h * v, t + h, r) - u_fn(z - h * v, t - h, r)) / (2 * h)
+    assert torch.allclose(u, u_fn(z, t, r))
+    assert (dudt - fd).abs().max() <= 1e-5 * dudt.abs().max(), (dudt - fd).abs().max()
+
+
+def test_ddim_is_deterministic_given_the_noise_and_ddpm_given_the_generator() -> None:
+    torch.manual_seed(0)
+    opts = PolicyOptions(down_dims=(8, 16), time_embed_dim=16, encoder_hidden=32, encoder_dim=16)
+    actions = 3 * torch.rand(100, 2) + 1
+    policy = GenerativePolicy(
+        PolicyConfig("diffusion", 3, 2, 2, 8, opts), action_normalizer=MinMaxNormalizer.fit(actions)
+    ).eval()
+    obs, noise = torch.randn(4, 2, 3), torch.randn(4, 8, 2)
+    with torch.no_grad():
+        for steps in (1, 7, 100):
+            first = policy.sample(obs, noise, steps)
+            assert torch.equal(first, policy.sample(obs, noise, steps))
+            assert not torch.allclose(first, policy.sample(obs, torch.randn_like(noise), steps))
+            assert first.min() >= 1 - 1e-5 and first.max() <= 4 + 1e-5, "clipped to the data's range in raw units"
+        ddpm = [policy.sample(obs, noise, 100, "ddpm", torch.Generator().manual_seed(s)) for s in (1, 1, 2)]
+    assert torch.equal(ddpm[0], ddpm[1]) and not torch.allclose(ddpm[0], ddpm[2])
+    with pytest.raises(ValueError, match="DDPM"):
+        policy.sample(obs, noise, 10, "ddpm")
