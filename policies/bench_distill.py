@@ -36,6 +36,7 @@ class DistillBudget:
     student_steps: int = 5_000
     student_time_s: float | None = None
     eval_episodes: int = 50
+    eval_steps: int | None = None  # episode length cap; the task's own when None
     latency_reps: int = 300
     mode_samples: int = 100
     mode_states: int = 20
@@ -44,6 +45,7 @@ class DistillBudget:
     def quick(cls) -> DistillBudget:
         return cls(
             demos=12,
+            eval_steps=40,
             teacher_steps=150,
             student_steps=60,
             eval_episodes=4,
@@ -99,7 +101,9 @@ def bench_distill(
         for name, run, steps in entries:
             policy, spec, _, _ = load_generative(run)
             sampler = TorchSampler(policy, steps)
-            res = evaluate_chunks(sampler, spec, eval_seeds, noise_seed=seed, progress=table, desc=name)
+            res = evaluate_chunks(
+                sampler, spec, eval_seeds, noise_seed=seed, episode_steps=budget.eval_steps, progress=table, desc=name
+            )
             r = rows.setdefault(name, {})
             for k, v in res.summary().items():
                 r.setdefault(k, []).append(v)

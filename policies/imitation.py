@@ -109,7 +109,6 @@ def train_bc_run(
     at (32, 64, 128) and 0.32 s at (64, 128, 256); Diffusion Policy's paper uses (256, 512, 1024).
     """
     from policies.generative.policy import PolicyOptions
-
     from policies.generative.train import TrainConfig, train_teacher
 
     fast_float_mode()
@@ -122,6 +121,7 @@ def train_bc_run(
         seed=seed,
         progress=progress,
         checkpoint_every=max(steps // 4, 1),
+        policy=PolicyOptions(down_dims=down_dims),
     )
     return train_teacher(episodes, cfg, run_dir, spec.to_json())
 

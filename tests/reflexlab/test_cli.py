@@ -41,3 +41,22 @@ def test_bench_serve_quick_reports_every_rate(exported, tmp_path: Path) -> None:
     assert 0 < m["rate_200_latency_p50_us"] <= m["rate_200_latency_p99_us"]
     assert 0 < m["rate_200_echo_latency_p50_us"] <= m["rate_200_echo_latency_p99_us"]  # the same-run floor
     assert (tmp_path / "serve_latency.png").is_file() and (tmp_path / "serve.json").is_file()
+
+
+def test_bench_distill_quick_runs_the_whole_pipeline(tmp_path: Path) -> None:
+    """demos → teacher → consistency + MeanFlow students → seeded evaluation, latency, modes: one command."""
+    r = run(
+        "bench", "distill", "--quick", "--json", "--work-dir", str(tmp_path / "work"),
+        "--out-dir", str(tmp_path / "out"), cwd=tmp_path, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    for name in ("diffusion_100", "diffusion_10", "diffusion_1", "consistency_1", "meanflow_1"):
+        assert 0.0 <= m[f"{name}_mean_max_coverage"] <= 1.0
+        assert 0.0 <= m[f"{name}_success_rate"] <= 1.0
+        assert 0 < m[f"{name}_latency_p50_us"] <= m[f"{name}_latency_p99_us"]
+    # one network call vs a hundred, in the same run
+    assert m["latency_ratio_teacher100_to_consistency"] > 5
+    assert "consistency_mean_max_coverage_gain_over_teacher1" in m
+    assert (tmp_path / "out" / "distill.png").is_file() and (tmp_path / "out" / "distill.json").is_file()
+    assert (tmp_path / "work" / "demos" / "meta" / "info.json").is_file()

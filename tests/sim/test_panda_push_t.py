@@ -34,11 +34,9 @@ def test_coverage() -> None:
     goal = np.asarray(C.GOAL_POSE)
     assert G.coverage(goal) == pytest.approx(1.0)
     assert len(G.GOAL_GRID) * 1e-6 == pytest.approx(G.AREA, rel=1e-3)  # 1 mm grid: area exact to 0.1 %
-    shifted = G.coverage(np.stack([goal + [d, 0, 0] for d in (0.0, 0.005, 0.02, 0.2)]))
+    shifted = G.coverage(np.stack([goal + np.array([d, 0, 0]) for d in (0.0, 0.005, 0.02, 0.2)]))
     assert np.all(np.diff(shifted) < 0) and shifted[-1] == 0.0
-    # A 5 mm shift along x uncovers exactly the strips the T loses: the bar's 30 mm height and the stem's 90 mm
-    # length are rotated by 45°, so compare with the grid-free half-plane count instead of a magic number.
-    assert 0.7 < shifted[1] < 0.95
+    assert 0.7 < shifted[1] < 0.95  # 5 mm already costs most of the 0.95 success margin
 
 
 def test_arm_tracks_targets_and_block_only_moves_when_pushed() -> None:

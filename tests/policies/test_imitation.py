@@ -1,0 +1,116 @@
+"""Dataset → teacher → one-step students → ONNX → seeded evaluation, with real (tiny) training runs,
+and the refusals on the way: a teacher from another task, a corrupt dataset, wrong-shaped noise."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from deploy.onnx_export import export_generative_checkpoint
+from deploy.runner import OnnxGenerator, PolicyInputError
+from policies.chunk_eval import evaluate_chunks
+from policies.imitation import TorchSampler, distill_run, is_generative, load_generative, train_bc_run
+from reflexlab.dataset import DatasetError, DatasetWriter, load_dataset
+from reflexlab.spec import SpecMismatchError
+from sim.demos import record_demos
+
+TINY = {"down_dims": (16, 32)}
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("imitation")
+    demos = root / "demos"
+    record_demos("panda-push-t", 4, demos, seed=0, num_envs=4, progress=False)
+    teacher = root / "diffusion"
+    train_bc_run("diffusion", demos, teacher, 20, None, 0, progress=False, **TINY)
+    out = {"demos": demos, "diffusion": teacher}
+    for method in ("consistency", "meanflow"):
+        out[method] = root / method
+        distill_run(teacher, method, demos, out[method], 6, None, 0, progress=False)
+    return out
+
+
+def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
+    teacher, spec, extra, _ = load_generative(runs["diffusion"])
+    assert (spec.observation_horizon, spec.action_chunk, spec.execution_horizon) == (2, 16, 8)
+    assert extra["role"] == "teacher" and teacher.method == "diffusion"
+    for method in ("consistency", "meanflow"):
+        student, s_spec, s_extra, _ = load_generative(runs[method])
+        assert student.method == method and s_spec == spec
+        assert s_extra["role"] == "student" and s_extra["teacher_method"] == "diffusion"
+        assert is_generative(runs[method])
+
+
+@pytest.mark.parametrize(("run", "steps"), [("consistency", None), ("meanflow", None), ("diffusion", 3)])
+def test_export_matches_torch_and_rejects_bad_noise(
+    runs: dict[str, Path], tmp_path: Path, run: str, steps: int | None
+) -> None:
+    out = tmp_path / f"{run}.onnx"
+    result = export_generative_checkpoint(runs[run], out, steps=steps, num_obs=16)
+    assert result["max_abs_error"] <= 1e-4 and result["sampling_steps"] == (steps or 1)
+    gen = OnnxGenerator(out)
+    s = gen.spec
+    assert (s.action_chunk, s.execution_horizon, s.observation_horizon) == (16, 8, 2)
+    obs = np.tile(np.array([0.4, 0.1, 0.5, 0.0, 1.0, 0.0], np.float32), (1, 2, 1))  # (batch, To, n)
+    chunk = gen.sample(obs, np.zeros((1, 16, 2), np.float32))
+    assert chunk.shape == (1, 16, 2) and np.isfinite(chunk).all()
+    with pytest.raises(PolicyInputError, match="noise has shape"):
+        gen.sample(obs, np.zeros((1, 8, 2), np.float32))
+
+
+def test_evaluation_is_seeded(runs: dict[str, Path]) -> None:
+    policy, spec, _, _ = load_generative(runs["consistency"])
+    sampler = TorchSampler(policy, 1)
+    a = evaluate_chunks(sampler, spec, [100, 101], noise_seed=3, episode_steps=16)
+    b = evaluate_chunks(sampler, spec, [100, 101], noise_seed=3, episode_steps=16)
+    np.testing.assert_array_equal(a.max_coverage, b.max_coverage)
+    assert a.replans == 2 and a.steps.tolist() == [16, 16]
+    assert set(a.summary()) == {"mean_max_coverage", "success_rate", "mean_steps"}
+
+
+def test_distillation_refuses_a_teacher_for_another_task(runs: dict[str, Path], tmp_path: Path) -> None:
+    ds = load_dataset(runs["demos"])
+    other = dataclasses.replace(ds.spec, task="panda-push-l")
+    with DatasetWriter(
+        tmp_path / "other", fps=ds.fps, robot_type=ds.robot_type, features=ds.vector_features, spec=other
+    ) as w:
+        ep = ds.episode(0)
+        for k in range(len(ep["action"])):
+            w.add_frame({key: ep[key][k] for key in ds.vector_features})
+        w.save_episode("panda-push-l")
+    with pytest.raises(SpecMismatchError, match="task"):
+        distill_run(
+            runs["diffusion"], "consistency", tmp_path / "other", tmp_path / "student", 2, None, 0, progress=False
+        )
+
+
+def test_cli_bc_names_the_corrupt_episode(runs: dict[str, Path], tmp_path: Path, capsys) -> None:
+    import shutil
+
+    from reflexlab.cli import main
+
+    bad = tmp_path / "bad"
+    shutil.copytree(runs["demos"], bad)
+    data = next((bad / "data").rglob("*.parquet"))
+    table = pq.read_table(data)
+    ds = load_dataset(runs["demos"])
+    row = ds.episode_meta(2)["dataset_from_index"] + 1
+    actions = table.column("action").to_pylist()
+    actions[row] = [float("nan"), 0.0]
+    col = table.schema.get_field_index("action")
+    table = table.set_column(
+        col, table.schema.field("action"), pa.array(actions, type=table.schema.field("action").type)
+    )
+    pq.write_table(table, data)
+    with pytest.raises(DatasetError, match="episode 2"):
+        load_dataset(bad)
+    with pytest.raises(SystemExit) as e:
+        main(["bc", "--dataset", str(bad), "--run-dir", str(tmp_path / "run"), "--steps", "1"])
+    assert e.value.code == 2
+    assert "episode 2" in capsys.readouterr().err
