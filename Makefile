@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_LIBS := libegl1 libegl-mesa0 libgl1-mesa-dri libgles2
 
-.PHONY: setup demo demo-quick test test-slow lint bench clean
+.PHONY: setup demo demo-quick test test-slow lint bench bench-distill clean
 
 $(STAMP): pyproject.toml
 	@if command -v apt-get >/dev/null && ! dpkg -s $(SYSTEM_LIBS) >/dev/null 2>&1; then \
@@ -39,6 +39,10 @@ lint: setup
 
 bench: setup
 	$(BIN)/reflexlab bench sim
+
+# demos -> diffusion teacher -> consistency + MeanFlow students -> the distillation table (~45 min on 2 cores)
+bench-distill: setup
+	$(BIN)/reflexlab bench distill --work-dir runs/panda-push-t --teacher-time-budget-s 840 --student-time-budget-s 600
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
