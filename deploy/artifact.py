@@ -23,6 +23,10 @@ NOISE_NAME = "noise"
 CHUNK_OUTPUT_NAME = "action_chunk"
 
 
+class ExportError(RuntimeError):
+    """Export failed or the exported model disagrees with torch (here so that catching it needs no torch)."""
+
+
 def read_metadata(path: Path) -> dict[str, Any]:
     """The metadata of an exported policy with the Spec parsed (and validated)."""
     path = Path(path)

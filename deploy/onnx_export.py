@@ -20,17 +20,21 @@ import onnx
 import torch
 from torch import nn
 
-from deploy.artifact import CHUNK_OUTPUT_NAME, INPUT_NAME, NOISE_NAME, OUTPUT_NAME, read_metadata, spec_of
+from deploy.artifact import (
+    CHUNK_OUTPUT_NAME,
+    INPUT_NAME,
+    NOISE_NAME,
+    OUTPUT_NAME,
+    ExportError,
+    read_metadata,
+    spec_of,
+)
 from policies.actor import LoadedPolicy, load_policy
 from policies.checkpoint import file_sha256
 from reflexlab import __version__
 from reflexlab.spec import Spec
 
 OPSET = 18
-
-
-class ExportError(RuntimeError):
-    """Export failed or the exported model disagrees with torch."""
 
 
 class PhysicalUnitsPolicy(nn.Module):
@@ -219,13 +223,21 @@ def record_histories(sampler: Any, spec: Spec, num_obs: int, seed: int = 7) -> n
 
 
 def export_generative_checkpoint(
-    run_or_ckpt: Path, out: Path, steps: int | None = None, num_obs: int = 256, tolerance: float = 1e-4
+    run_or_ckpt: Path,
+    out: Path,
+    steps: int | None = None,
+    num_obs: int = 256,
+    tolerance: float = 1e-4,
+    sampler_tolerance: float = 2e-3,
 ) -> dict[str, Any]:
     """Export a generative policy (one-step student, or a teacher at ``steps`` unrolled steps) and verify it.
 
     Students export as `OneStepGenerator` (one network evaluation); a multi-step policy (or a student
     asked for more steps) as `MultiStepSampler`, so teachers can be served and benchmarked the same way.
-    Parity is checked on observation histories recorded by running the policy on its task.
+    Parity is checked on observation histories recorded by running the policy on its task. A one-step
+    student must match within ``tolerance``; an unrolled sampler within ``sampler_tolerance``: DDIM's
+    clean-sample estimate divides the network's float32 rounding by √ᾱ (≈ 5e-4 at the noisiest step,
+    so a 1-step teacher measured 4.3e-4 m here) and several steps compound it.
     """
     from policies.generative.policy import DEFAULT_STEPS, ONE_STEP_METHODS, MultiStepSampler, OneStepGenerator
     from policies.imitation import TorchSampler, load_generative
@@ -248,6 +260,7 @@ def export_generative_checkpoint(
     obs = record_histories(TorchSampler(policy, steps), spec, num_obs)
     noise = np.random.default_rng(0).standard_normal((len(obs), spec.action_chunk, spec.action.size))
     err = verify_generator(module, out, obs, noise.astype(np.float32))
+    tolerance = tolerance if one_step else sampler_tolerance
     if not err <= tolerance:
         raise ExportError(f"onnxruntime differs from torch by {err:.3g} (> {tolerance:g}) on recorded observations")
     return {

@@ -509,6 +509,7 @@ def main(argv: list[str] | None = None) -> None:
 
     # Headless rendering: EGL (Mesa's software EGL works without a GPU); must precede importing mujoco.
     os.environ.setdefault("MUJOCO_GL", "egl")
+    from deploy.artifact import ExportError
     from policies.checkpoint import CheckpointError
     from policies.ppo import TrainingStopped
     from reflexlab.spec import SpecMismatchError
@@ -516,7 +517,16 @@ def main(argv: list[str] | None = None) -> None:
 
     try:
         tyro.extras.subcommand_cli_from_dict(COMMANDS, args=argv, prog="reflexlab")
-    except (UserError, CheckpointError, TrainingStopped, SpecMismatchError, UnknownTaskError, ValueError) as e:
+    except (
+        UserError,
+        CheckpointError,
+        TrainingStopped,
+        SpecMismatchError,
+        UnknownTaskError,
+        ValueError,
+        ExportError,
+        FloatingPointError,
+    ) as e:
         print(f"reflexlab: error: {e}", file=sys.stderr)
         sys.exit(2)
 
