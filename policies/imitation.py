@@ -56,7 +56,10 @@ def is_generative(run_or_ckpt: Path) -> bool:
     """Whether a run folder / checkpoint holds a generative policy (rather than an rsl-rl PPO actor)."""
     from policies.generative.policy import CHECKPOINT_FORMAT
 
-    state = torch.load(resolve_checkpoint(run_or_ckpt), map_location="cpu", weights_only=True, mmap=True)
+    try:
+        state = torch.load(resolve_checkpoint(run_or_ckpt), map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # unreadable here: the PPO loader reports what is wrong with the file, naming it
+        return False
     return isinstance(state, dict) and state.get("format") == CHECKPOINT_FORMAT
 
 
