@@ -3,7 +3,11 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_LIBS := libegl1 libegl-mesa0 libgl1-mesa-dri libgles2
+# offscreen MuJoCo rendering (EGL); libusb for pyrealsense2, hidapi for pyspacemouse; iproute2 for the
+# network namespace franka-sim runs in (its ports are fixed).
+SYSTEM_LIBS := libegl1 libegl-mesa0 libgl1-mesa-dri libgles2 libusb-1.0-0 libhidapi-hidraw0 iproute2
+# franka-sim pins numpy 1.26 and mujoco<3.3, so it gets its own venv (DESIGN.md).
+FRANKA_SIM_VENV := .venv-franka-sim
 
 .PHONY: setup demo demo-quick test test-slow lint bench bench-distill clean
 
@@ -17,6 +21,8 @@ $(STAMP): pyproject.toml
 	# torch first and pinned: the CPU build; an unpinned torch would pull a multi-GB CUDA build.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e ".[dev]"
+	test -d $(FRANKA_SIM_VENV) || $(PY) -m venv $(FRANKA_SIM_VENV)
+	$(FRANKA_SIM_VENV)/bin/pip install -q franka-sim==1.1.7
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -45,4 +51,4 @@ bench-distill: setup
 	$(BIN)/reflexlab bench distill --work-dir runs/panda-push-t --teacher-time-budget-s 840 --student-time-budget-s 600
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	rm -rf $(VENV) $(FRANKA_SIM_VENV) runs .pytest_cache
