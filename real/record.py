@@ -1,0 +1,131 @@
+"""`reflexlab record`: drive a single env (robot or sim-as-real) and write every step as an episode.
+
+Each step stores the policy observation, the action the robot actually executed (the person's
+during an intervention), what the policy had asked for, reward, success, end flags,
+``is_intervention``, ``policy_version`` and the step's time since reset, in the crash-safe
+dataset format (`reflexlab.dataset`): a SIGKILL mid-episode loses that episode only. Episodes
+that end early (stale state, a non-finite action, a disconnected teleop device) are saved too,
+marked with the reason, because what went wrong on a robot is data; nothing is dropped silently.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from reflexlab.dataset import DatasetWriter
+from reflexlab.env import SingleEnv
+
+Actor = Callable[[np.ndarray], np.ndarray]
+
+
+@dataclass
+class RecordSummary:
+    episodes: int = 0
+    steps: int = 0
+    successes: int = 0
+    intervention_steps: int = 0
+    end_reasons: dict[str, int] = field(default_factory=dict)
+
+    def line(self) -> str:
+        rate = self.successes / max(self.episodes, 1)
+        share = self.intervention_steps / max(self.steps, 1)
+        return (
+            f"{self.episodes} episodes, {self.steps} steps, success {rate:.0%}, interventions {share:.0%} of steps, "
+            f"ends: {self.end_reasons}"
+        )
+
+
+def features_of(env: SingleEnv) -> dict[str, tuple[int, ...]]:
+    """The vector features `record_episodes` writes for an env."""
+    spec = env.spec
+    return {
+        "observation.state": (spec.policy_obs.size,),
+        "action": (spec.action.size,),
+        "policy.action": (spec.action.size,),
+    }
+
+
+def record_episodes(
+    env: SingleEnv,
+    writer: DatasetWriter,
+    actor: Actor | None,
+    episodes: int,
+    *,
+    seed: int = 0,
+    task_text: str | None = None,
+    policy_version: int = 0,
+    reset_actor: Callable[[], None] | None = None,
+    on_episode: Callable[[int, RecordSummary], None] | None = None,
+) -> RecordSummary:
+    """Run ``episodes`` episodes (seeds ``seed``, ``seed`` + 1, …) and save each as it ends.
+
+    ``actor`` None: the person drives every step (the env's intervention arbiter must be engaged;
+    otherwise the env holds). ``policy_version`` labels which policy acted (RL loops bump it).
+    """
+    summary = RecordSummary()
+    task_text = task_text or env.spec.task
+    for k in range(episodes):
+        obs, _ = env.reset(seed=seed + k)
+        if reset_actor is not None:
+            reset_actor()
+        done, reason = False, ""
+        while not done:
+            asked = actor(obs) if actor is not None else np.full(env.spec.action.size, np.nan)
+            next_obs, reward, terminated, truncated, info = env.step(asked)
+            writer.add_frame(
+                {
+                    "observation.state": obs,
+                    "action": info["action"],
+                    "policy.action": np.nan_to_num(np.asarray(asked, dtype=np.float64), nan=0.0),
+                },
+                reward=reward,
+                terminated=terminated,
+                truncated=truncated,
+                success=info["success"],
+                is_intervention=info["is_intervention"],
+                policy_version=policy_version,
+                timestamp=info["timestamp"],
+            )
+            summary.steps += 1
+            summary.intervention_steps += int(info["is_intervention"])
+            obs, done, reason = next_obs, terminated or truncated, info["reason"] or reason
+        end = "success" if info["success"] else (reason.split(":")[0] if reason else "terminated")
+        writer.save_episode(task_text, {"end_reason": reason or end, "seed": seed + k})
+        summary.episodes += 1
+        summary.successes += int(info["success"])
+        summary.end_reasons[end] = summary.end_reasons.get(end, 0) + 1
+        if on_episode is not None:
+            on_episode(k, summary)
+    return summary
+
+
+def expert_actor(task: str, seed: int) -> tuple[Actor, Callable[[], None]]:
+    """The task's scripted expert as an actor on policy observations (sim-as-real sessions, tests)."""
+    from sim.registry import get_task
+
+    entry = get_task(task)
+    if entry.expert is None:
+        raise ValueError(f"task {task!r} has no scripted expert")
+    holder = {"expert": entry.expert(np.random.default_rng(seed))}
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        pusher, block = obs[:2], np.array([obs[2], obs[3], np.arctan2(obs[5], obs[4])])
+        return holder["expert"].act(pusher, block).target
+
+    def reset() -> None:
+        holder["expert"].reset()
+
+    return act, reset
+
+
+def print_progress(k: int, summary: RecordSummary) -> None:
+    print(f"episode {k}: {summary.line()}", file=sys.stderr, flush=True)
+
+
+def default_out(task: str) -> Path:
+    return Path("runs") / "record" / task

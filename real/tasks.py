@@ -1,0 +1,93 @@
+"""How a task's Spec maps onto an arm's state and targets on the real robot.
+
+The sim task computes observations from MuJoCo's state; on the robot the same quantities come
+from the arm driver (end-effector pose) and a tracker (object poses). One small adapter per task
+says how, so `RealEnv` stays task-free (N tasks + M methods cost O(N + M) code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from real.ros_arm import ArmState, yaw_of
+from reflexlab.spec import Spec
+
+
+class ArmTask(Protocol):
+    spec: Spec
+
+    def observation(self, state: ArmState) -> np.ndarray:
+        """The policy observation in the Spec's order."""
+        ...
+
+    def ee_target(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """End-effector (position, quaternion w-x-y-z) in the base frame for a raw action."""
+        ...
+
+    def hold_action(self, state: ArmState) -> np.ndarray:
+        """The action that keeps the arm where it is (what a hold commands)."""
+        ...
+
+    def home_action(self) -> np.ndarray:
+        """The scripted reset pose, as an action."""
+        ...
+
+    def reward(self, state: ArmState) -> tuple[float, bool]:
+        """Dense reward and whether the task is solved in this state."""
+        ...
+
+
+@dataclass
+class PushTTask:
+    """`panda-push-t`: the pusher tip's x, y is the action; the block's pose comes from the tracker."""
+
+    spec: Spec
+    tip_height: float
+    tip_quat: np.ndarray  # (4,) pusher pointing down
+
+    @classmethod
+    def create(cls) -> PushTTask:
+        from sim.tasks.panda_push_t import constants as C
+        from sim.tasks.panda_push_t.env import make_spec
+
+        return cls(make_spec(), C.PUSHER_HEIGHT, np.array([0.0, 1.0, 0.0, 0.0]))
+
+    def observation(self, state: ArmState) -> np.ndarray:
+        from sim.tasks.panda_push_t.env import observation
+
+        return observation(state.ee_pos[:2], self._block_pose(state))
+
+    def ee_target(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.array([action[0], action[1], self.tip_height]), self.tip_quat
+
+    def hold_action(self, state: ArmState) -> np.ndarray:
+        return state.ee_pos[:2].copy()
+
+    def home_action(self) -> np.ndarray:
+        low, high = np.array(self.spec.action.lower), np.array(self.spec.action.upper)
+        return np.array([low[0] + 0.05, 0.5 * (low[1] + high[1])])  # near the robot, clear of the goal
+
+    def reward(self, state: ArmState) -> tuple[float, bool]:
+        from sim.tasks.panda_push_t import constants as C
+        from sim.tasks.panda_push_t import geometry as G
+
+        coverage = float(G.coverage(self._block_pose(state)[None])[0])
+        return coverage, coverage >= C.SUCCESS_COVERAGE
+
+    @staticmethod
+    def _block_pose(state: ArmState) -> np.ndarray:
+        block = state.objects["block"]
+        return np.array([block[0], block[1], yaw_of(block[3:])])
+
+
+ARM_TASKS = {"panda-push-t": PushTTask.create}
+
+
+def arm_task(name: str) -> ArmTask:
+    """The adapter of a task that can run on an arm; the error lists the ones that can."""
+    if name not in ARM_TASKS:
+        raise KeyError(f"task {name!r} has no real-robot adapter; available: {', '.join(sorted(ARM_TASKS))}")
+    return ARM_TASKS[name]()

@@ -1,0 +1,107 @@
+"""One `panda-push-t` scene stepped one physics step at a time: the plant behind sim-as-real.
+
+`PushTEnv` advances 0.1 s per call because a learner wants whole control steps. A robot does not
+wait for the policy: its controller runs at the physics rate and follows whatever target arrived
+last, at whatever rate targets come. This class is that robot. The tip reference moves towards
+the newest target at most ``MAX_PUSHER_SPEED`` (the same limit as training); the IK is solved
+every ``IK_EVERY`` physics steps — 50 Hz, as training's five waypoints per 10 Hz step — and the
+joint servo targets are interpolated between solutions, so the arm moves exactly as it did in
+training when targets arrive at 10 Hz, and smoothly when they arrive at any other rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mujoco
+import numpy as np
+
+from sim.tasks.panda_push_t import constants as C
+from sim.tasks.panda_push_t import geometry as G
+from sim.tasks.panda_push_t.env import PushTEnv
+
+IK_EVERY = C.DECIMATION // C.IK_WAYPOINTS
+
+
+@dataclass(frozen=True)
+class PushTState:
+    """What the robot's drivers and an object tracker would report, plus the sim time."""
+
+    time: float
+    joint_pos: np.ndarray
+    joint_vel: np.ndarray
+    joint_effort: np.ndarray
+    tip_pos: np.ndarray  # (3,) pusher tip in the base frame, m
+    tip_quat: np.ndarray  # (4,) w, x, y, z
+    block_pose: np.ndarray  # (3,) x, y, yaw of the block's centre of mass
+
+
+class RealtimePushT:
+    """A single scene; `step` advances one physics step (``C.PHYSICS_DT``)."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self._env = PushTEnv(num_envs=1)
+        self.model = self._env.model
+        self.data = self._env.scenes[0].data
+        self.ik = self._env.ik
+        self.dt = float(self.model.opt.timestep)
+        self.joint_names = C.JOINT_NAMES
+        self._low, self._high = np.array(C.WORKSPACE_LOW), np.array(C.WORKSPACE_HIGH)
+        self.reset(seed)
+
+    def reset(self, seed: int) -> None:
+        """Place block and pusher as `PushTEnv.reset` does for ``seed`` (same seed, same scene)."""
+        self._env.reset([seed])
+        scene = self._env.scenes[0]
+        self._reference = scene.tip_target.copy()  # where the tip is being driven now
+        self._target = scene.tip_target.copy()  # the newest commanded tip position
+        self._q_from = self._q_to = scene.q_target.copy()
+        self.steps = 0
+        self.time = 0.0
+        self.clipped_targets = 0
+
+    def set_tip_target(self, xy: np.ndarray) -> None:
+        """Newest pusher target (x, y); clipped into the workspace as the deploy safety filter would."""
+        xy = np.asarray(xy, dtype=np.float64).reshape(2)
+        if not np.isfinite(xy).all():
+            raise ValueError(f"non-finite pusher target {xy.tolist()}")
+        clipped = np.clip(xy, self._low, self._high)
+        self.clipped_targets += int(not np.array_equal(clipped, xy))
+        self._target = clipped
+
+    def hold(self) -> None:
+        """Stop where the tip is now (what a driver does when its command stream stops)."""
+        self._target = self._reference.copy()
+
+    def step(self) -> None:
+        k = self.steps % IK_EVERY
+        if k == 0:  # next IK waypoint: the reference one IK period ahead, rate-limited
+            delta = self._target - self._reference
+            dist = float(np.linalg.norm(delta))
+            max_move = C.MAX_PUSHER_SPEED * self.dt * IK_EVERY
+            if dist > max_move:
+                delta *= max_move / dist
+            self._reference = self._reference + delta
+            self._q_from = self._q_to
+            self._q_to = self.ik.solve(self._q_from, np.array([*self._reference, C.PUSHER_HEIGHT]))
+        self.data.ctrl[:] = self._q_from + (self._q_to - self._q_from) * ((k + 1) / IK_EVERY)
+        mujoco.mj_step(self.model, self.data)
+        self.steps += 1
+        self.time += self.dt
+
+    def state(self) -> PushTState:
+        d, ik = self.data, self.ik
+        quat = np.empty(4)
+        mujoco.mju_mat2Quat(quat, d.site_xmat[ik.site])
+        return PushTState(
+            time=self.time,
+            joint_pos=d.qpos[ik.qadr].copy(),
+            joint_vel=d.qvel[ik.dadr].copy(),
+            joint_effort=d.actuator_force.copy(),
+            tip_pos=d.site_xpos[ik.site].copy(),
+            tip_quat=quat,
+            block_pose=self._env.block_pose()[0],
+        )
+
+    def coverage(self) -> float:
+        return float(G.coverage(self._env.block_pose())[0])
