@@ -15,7 +15,7 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -114,7 +114,7 @@ class RosArm:
         except ExternalShutdownException:
             pass
 
-    def _store(self, topic: str):  # noqa: ANN202 (a rclpy callback)
+    def _store(self, topic: str) -> Callable[[object], None]:
         def callback(msg: object) -> None:
             with self._lock:
                 self._latest[topic] = msg
@@ -164,8 +164,10 @@ class RosArm:
             joint_vel=np.asarray(js.velocity, dtype=np.float64),  # type: ignore[attr-defined]
             ee_pos=_position(ee),
             ee_quat=_quaternion(ee),
-            objects={name: np.concatenate([_position(latest[topic]), _quaternion(latest[topic])])
-                     for name, topic in t.objects.items()},
+            objects={
+                name: np.concatenate([_position(latest[topic]), _quaternion(latest[topic])])
+                for name, topic in t.objects.items()
+            },
             received=received,
         )
 
