@@ -104,25 +104,6 @@ def record_episodes(
     return summary
 
 
-def expert_actor(task: str, seed: int) -> tuple[Actor, Callable[[], None]]:
-    """The task's scripted expert as an actor on policy observations (sim-as-real sessions, tests)."""
-    from sim.registry import get_task
-
-    entry = get_task(task)
-    if entry.expert is None:
-        raise ValueError(f"task {task!r} has no scripted expert")
-    holder = {"expert": entry.expert(np.random.default_rng(seed))}
-
-    def act(obs: np.ndarray) -> np.ndarray:
-        pusher, block = obs[:2], np.array([obs[2], obs[3], np.arctan2(obs[5], obs[4])])
-        return holder["expert"].act(pusher, block).target
-
-    def reset() -> None:
-        holder["expert"].reset()
-
-    return act, reset
-
-
 def print_progress(k: int, summary: RecordSummary) -> None:
     print(f"episode {k}: {summary.line()}", file=sys.stderr, flush=True)
 

@@ -7,6 +7,7 @@ says how, so `RealEnv` stays task-free (N tasks + M methods cost O(N + M) code).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +38,10 @@ class ArmTask(Protocol):
 
     def reward(self, state: ArmState) -> tuple[float, bool]:
         """Dense reward and whether the task is solved in this state."""
+        ...
+
+    def expert(self, seed: int) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[], None]]:
+        """The task's scripted expert as (act on a policy observation, reset); for sim-as-real sessions."""
         ...
 
 
@@ -77,6 +82,16 @@ class PushTTask:
         coverage = float(G.coverage(self._block_pose(state)[None])[0])
         return coverage, coverage >= C.SUCCESS_COVERAGE
 
+    def expert(self, seed: int) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[], None]]:
+        from sim.tasks.panda_push_t.expert import PushTExpert
+
+        expert = PushTExpert(np.random.default_rng(seed))
+
+        def act(obs: np.ndarray) -> np.ndarray:  # obs: pusher x, y, block x, y, cos, sin of yaw
+            return expert.act(obs[:2], np.array([obs[2], obs[3], np.arctan2(obs[5], obs[4])])).target
+
+        return act, expert.reset
+
     @staticmethod
     def _block_pose(state: ArmState) -> np.ndarray:
         block = state.objects["block"]
@@ -89,5 +104,5 @@ ARM_TASKS = {"panda-push-t": PushTTask.create}
 def arm_task(name: str) -> ArmTask:
     """The adapter of a task that can run on an arm; the error lists the ones that can."""
     if name not in ARM_TASKS:
-        raise KeyError(f"task {name!r} has no real-robot adapter; available: {', '.join(sorted(ARM_TASKS))}")
+        raise ValueError(f"task {name!r} has no real-robot adapter; available: {', '.join(sorted(ARM_TASKS))}")
     return ARM_TASKS[name]()

@@ -376,26 +376,120 @@ def sim_bridge(
     task: str = "quadruped-walk",
     robot: str = "quadruped",
     publish_rate: float = 0.0,
-    command_timeout_s: float = 0.1,
+    command_timeout_s: float | None = None,
     watchdog_mode: Literal["hold", "damp"] = "hold",
     clock: bool = False,
+    seed: int = 0,
     seconds: float | None = None,
 ) -> None:
-    """Run the task's MuJoCo robot as a ROS 2 node in real time (joint states + IMU out, joint targets in).
+    """Run the task's MuJoCo robot as a ROS 2 node in real time: the robot's own topics, no hardware.
+
+    Legged tasks: joint states + IMU out, joint targets in. Arm tasks (panda-push-t): the arm topics
+    of `real.ros_arm.ArmTopics` (joint states, end-effector pose, tracked block pose out; end-effector
+    targets and scene resets in), exactly what `franka_node` speaks on the robot: sim-as-real.
 
     Args:
         task: registered task name.
-        robot: robot config (topics, command type) shared with the policy node.
-        publish_rate: joint state / IMU rate (Hz); 0 = every physics step.
-        command_timeout_s: the watchdog engages after this long without a command.
-        watchdog_mode: hold the measured pose, or damp only.
-        clock: publish /clock with simulated time (and stamp states with it).
+        robot: robot config (topics, command type) shared with the policy node (legged tasks).
+        publish_rate: state rate (Hz); 0 = every physics step (legged) or 100 Hz (arm).
+        command_timeout_s: the watchdog engages after this long without a command (default 0.1 s
+            legged, 0.5 s arm: a 10 Hz policy).
+        watchdog_mode: hold the measured pose, or damp only (legged tasks).
+        clock: publish /clock with simulated time (and stamp states with it; legged tasks).
+        seed: initial scene (arm tasks; later scenes come from /sim/reset).
         seconds: stop after this long (default: run until Ctrl-C).
     """
-    from deploy.ros.sim_bridge import run
+    from deploy.ros.arm_bridge import TASKS as ARM_TASKS
 
-    diag = run(task, robot, publish_rate, command_timeout_s, watchdog_mode, clock, seconds)
+    if task in ARM_TASKS:
+        from deploy.ros.arm_bridge import run as run_arm
+
+        diag = run_arm(
+            task,
+            seed=seed,
+            publish_rate_hz=publish_rate or 100.0,
+            command_timeout_s=0.5 if command_timeout_s is None else command_timeout_s,
+            seconds=seconds,
+        )
+    else:
+        from deploy.ros.sim_bridge import run
+
+        timeout = 0.1 if command_timeout_s is None else command_timeout_s
+        diag = run(task, robot, publish_rate, timeout, watchdog_mode, clock, seconds)
     print(json.dumps(diag))
+
+
+def record(
+    out: Path = Path("runs/record/panda-push-t"),
+    task: str = "panda-push-t",
+    episodes: int = 10,
+    policy: str = "expert",
+    teleop: str | None = None,
+    sim_as_real: bool = True,
+    reset: tuple[Literal["scripted", "human", "sim"], ...] | None = None,
+    episode_time_s: float = 30.0,
+    seed: int = 0,
+    policy_version: int = 0,
+) -> None:
+    """Drive the robot (or the MuJoCo arm bridge, sim-as-real) and record every step, crash-safe.
+
+    Each step stores observation, executed action, the policy's action, reward, success, end flags,
+    is_intervention, policy_version and its timestamp (LeRobot v3 layout). SIGKILL mid-episode loses
+    that episode only; episodes that end early are saved with the reason.
+
+    Args:
+        out: dataset folder (created, or appended to when its features and Spec match).
+        task: an arm task with a real-robot adapter.
+        episodes: episodes to record.
+        policy: `expert` (the task's scripted expert), `none` (the person drives every step) or an exported .onnx.
+        teleop: a teleop config (name in config/teleop, or a YAML path); a person may take over at any step.
+        sim_as_real: start the MuJoCo arm bridge and record against it; off: the robot's driver must be running.
+        reset: reset steps in order (default: sim for sim-as-real, scripted then human on a robot).
+        episode_time_s: time limit per episode.
+        seed: first episode's seed (scene and expert; later episodes count up).
+        policy_version: stored with every step (which policy acted).
+    """
+    from real.session import RecordOptions, record_session
+
+    options = RecordOptions(
+        out=out,
+        task=task,
+        episodes=episodes,
+        policy=policy,
+        sim_as_real=sim_as_real,
+        reset=reset,
+        episode_time_s=episode_time_s,
+        seed=seed,
+        policy_version=policy_version,
+    )
+    intervention = None
+    if teleop is not None:
+        from teleop.session import make_intervention
+
+        intervention = make_intervention(teleop, arm_task_name=task)
+    summary = record_session(options, intervention)
+    print(json.dumps({"out": str(out), **summary.__dict__}))
+
+
+def export_mcap(
+    dataset: Path,
+    episode: int = 0,
+    out: Path | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Convert one recorded episode to a rosbag2 MCAP bag (for ros2 bag, Foxglove, PlotJuggler).
+
+    Args:
+        dataset: the dataset folder (reflexlab record, reflexlab demos).
+        episode: episode index.
+        out: bag folder to write (default: DATASET/mcap/episode_NNNNNN).
+        overwrite: replace an existing bag.
+    """
+    from deploy.mcap_export import export_episode_mcap
+
+    target = out or dataset / "mcap" / f"episode_{episode:06d}"
+    path = export_episode_mcap(dataset, episode, target, overwrite=overwrite)
+    print(json.dumps({"bag": str(path)}))
 
 
 def _require(path: Path, what: str) -> None:
@@ -500,6 +594,8 @@ COMMANDS = {
     "inspect": inspect,
     "serve": serve,
     "sim-bridge": sim_bridge,
+    "record": record,
+    "export-mcap": export_mcap,
     "bench": bench,
 }
 
@@ -526,6 +622,8 @@ def main(argv: list[str] | None = None) -> None:
         ValueError,
         ExportError,
         FloatingPointError,
+        TimeoutError,
+        FileNotFoundError,
     ) as e:
         print(f"reflexlab: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -1,0 +1,129 @@
+"""Wiring for `reflexlab record`: arm (robot or sim-as-real bridge), task, actor, teleop, dataset.
+
+Kept out of the CLI so tests and the real-world RL loops build the same env the command does.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from real.env import Intervention, RealEnv, RealEnvConfig, ResetStep
+from real.record import Actor, RecordSummary, features_of, print_progress, record_episodes
+from real.ros_arm import RosArm
+from real.tasks import ArmTask, arm_task
+from reflexlab.dataset import DatasetWriter
+
+
+@dataclass(frozen=True)
+class RecordOptions:
+    """What `reflexlab record` was asked to do (see its docstring for each field)."""
+
+    out: Path
+    task: str = "panda-push-t"
+    episodes: int = 10
+    policy: str = "expert"
+    sim_as_real: bool = True
+    reset: tuple[ResetStep, ...] | None = None
+    episode_time_s: float = 30.0
+    seed: int = 0
+    policy_version: int = 0
+
+
+@contextmanager
+def sim_bridge_process(task: str, seed: int = 0, ready_timeout_s: float = 30.0) -> Iterator[subprocess.Popen]:
+    """The MuJoCo arm bridge in its own process (as on a robot, the driver is not the env's process).
+
+    Stopped with SIGINT (the node's clean path) and killed if it does not stop.
+    """
+    cmd = [sys.executable, "-m", "reflexlab.cli", "sim-bridge", "--task", task, "--seed", str(seed)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.2)
+        if proc.poll() is not None:
+            raise RuntimeError(f"sim bridge exited at start: {proc.stderr.read() if proc.stderr else ''}")
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def make_actor(policy: str, task: ArmTask, seed: int) -> tuple[Actor | None, Callable[[], None]]:
+    """``expert`` (the task's scripted expert), ``none`` (a person drives) or an exported .onnx file."""
+    if policy == "none":
+        return None, lambda: None
+    if policy == "expert":
+        return task.expert(seed)
+    path = Path(policy)
+    if not path.exists():
+        raise FileNotFoundError(f"--policy {policy}: no such file (use expert, none or an exported .onnx)")
+    from deploy.step_actor import StepActor
+
+    actor = StepActor(path, task.spec, seed=seed)
+    return actor.act, actor.reset
+
+
+def record_session(
+    options: RecordOptions,
+    intervention: Intervention | None = None,
+    on_episode: Callable[[int, RecordSummary], None] = print_progress,
+) -> RecordSummary:
+    """Run a recording session end to end; returns what was recorded."""
+    o = options
+    task = arm_task(o.task)
+    reset = o.reset or (("sim",) if o.sim_as_real else ("scripted", "human"))
+    if "sim" in reset and not o.sim_as_real:
+        raise ValueError("reset step 'sim' needs --sim-as-real (a real scene is reset by a person: use human)")
+    actor, reset_actor = make_actor(o.policy, task, o.seed)
+    if actor is None and intervention is None:
+        raise ValueError("--policy none needs a teleop device (--teleop): otherwise nobody commands the robot")
+    if o.sim_as_real:  # the simulated robot lives on this host; never talk to the LAN
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    with _maybe_bridge(o), _arm() as arm:
+        arm.wait_for_state(timeout_s=30.0)
+        env = RealEnv(arm, task, RealEnvConfig(episode_time_s=o.episode_time_s, reset=reset), intervention)
+        features = features_of(env)
+        spec = task.spec
+        with DatasetWriter(o.out, fps=spec.control_rate_hz, robot_type=spec.robot, features=features, spec=spec) as w:
+            summary = record_episodes(
+                env,
+                w,
+                actor,
+                o.episodes,
+                seed=o.seed,
+                policy_version=o.policy_version,
+                reset_actor=reset_actor,
+                on_episode=on_episode,
+            )
+        env.close()
+    return summary
+
+
+@contextmanager
+def _maybe_bridge(o: RecordOptions) -> Iterator[object]:
+    if not o.sim_as_real:
+        yield None
+        return
+    with sim_bridge_process(o.task, o.seed) as proc:
+        yield proc
+
+
+@contextmanager
+def _arm() -> Iterator[RosArm]:
+    arm = RosArm()
+    try:
+        yield arm
+    finally:
+        arm.close()
