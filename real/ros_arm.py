@@ -65,9 +65,12 @@ class RosArm:
     Args:
         topics: the names the driver speaks.
         node_name: this client's node name.
+        domain_id: DDS domain (default: ``ROS_DOMAIN_ID``), e.g. to keep two simulated arms apart.
     """
 
-    def __init__(self, topics: ArmTopics | None = None, node_name: str = "reflexlab_env") -> None:
+    def __init__(
+        self, topics: ArmTopics | None = None, node_name: str = "reflexlab_env", domain_id: int | None = None
+    ) -> None:
         import rclpy
         from geometry_msgs.msg import PoseStamped
         from rclpy.context import Context
@@ -83,7 +86,7 @@ class RosArm:
         self._received: dict[str, float] = {}
         self._reset_done: int | None = None
         self._context = Context()
-        rclpy.init(context=self._context)
+        rclpy.init(context=self._context, domain_id=domain_id)
         self._node = rclpy.create_node(node_name, context=self._context)
         qos = state_qos(best_effort=False)
         self._node.create_subscription(JointState, t.joint_states, self._store(t.joint_states), qos)

@@ -38,17 +38,19 @@ class RecordOptions:
 
 
 @contextmanager
-def sim_bridge_process(task: str, seed: int = 0, ready_timeout_s: float = 30.0) -> Iterator[subprocess.Popen]:
+def sim_bridge_process(task: str, seed: int = 0, domain_id: int | None = None) -> Iterator[subprocess.Popen]:
     """The MuJoCo arm bridge in its own process (as on a robot, the driver is not the env's process).
 
+    Its log goes to this process's stderr (a pipe nobody reads would fill and stall the simulated robot).
     Stopped with SIGINT (the node's clean path) and killed if it does not stop.
     """
     cmd = [sys.executable, "-m", "reflexlab.cli", "sim-bridge", "--task", task, "--seed", str(seed)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    env = os.environ if domain_id is None else {**os.environ, "ROS_DOMAIN_ID": str(domain_id)}
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, env=env, preexec_fn=_die_with_parent)
     try:
         time.sleep(0.2)
         if proc.poll() is not None:
-            raise RuntimeError(f"sim bridge exited at start: {proc.stderr.read() if proc.stderr else ''}")
+            raise RuntimeError(f"the sim bridge ({' '.join(cmd)}) exited at start with code {proc.returncode}")
         yield proc
     finally:
         if proc.poll() is None:
@@ -58,6 +60,14 @@ def sim_bridge_process(task: str, seed: int = 0, ready_timeout_s: float = 30.0) 
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM the bridge when the recorder dies, even by SIGKILL (no phantom robot keeps running)."""
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def make_actor(policy: str, task: ArmTask, seed: int) -> tuple[Actor | None, Callable[[], None]]:

@@ -1,0 +1,156 @@
+"""The real-robot Env and `reflexlab record`, exercised sim-as-real: the MuJoCo arm bridge in its own
+process behind the same ROS 2 topics as the Franka driver, rclpy with FastDDS in between."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from real.env import Decision, RealEnv, RealEnvConfig
+from real.record import features_of, record_episodes
+from real.ros_arm import ArmState, RosArm
+from real.session import sim_bridge_process
+from real.tasks import arm_task
+from reflexlab.dataset import DatasetWriter, load_dataset
+
+TASK = "panda-push-t"
+
+
+@pytest.fixture(scope="module")
+def arm() -> Iterator[RosArm]:
+    with sim_bridge_process(TASK), RosArm() as arm:
+        arm.wait_for_state(timeout_s=30.0)
+        yield arm
+
+
+def make_env(arm: RosArm, **config: object) -> RealEnv:
+    return RealEnv(arm, arm_task(TASK), RealEnvConfig(**{"episode_time_s": 10.0, "reset": ("sim",), **config}))
+
+
+def test_expert_episodes_recorded_in_real_time(arm: RosArm, tmp_path: Path) -> None:
+    env = make_env(arm, episode_time_s=12.0)
+    act, reset = arm_task(TASK).expert(0)
+    with DatasetWriter(tmp_path / "ds", fps=10, robot_type="franka-panda", features=features_of(env), spec=env.spec) as w:
+        summary = record_episodes(env, w, act, 1, seed=0, reset_actor=reset)
+    assert summary.successes == 1, summary.line()  # seed 0: the expert solves it in ~6 s
+    ds = load_dataset(tmp_path / "ds")
+    ep = ds.episode(0)
+    dt = np.diff(ep["timestamp"])
+    assert np.all(dt > 0) and abs(float(np.median(dt)) - 0.1) < 0.01  # the env holds 10 Hz on the wall clock
+    assert not ep["is_intervention"].any() and ep["next.success"][-1] and ds.episode_meta(0)["end_reason"] == "success"
+    # What was executed is the policy's action, clipped and rate-limited like the sim task's.
+    moved = np.linalg.norm(np.diff(ep["action"], axis=0), axis=1)
+    assert moved.max() <= env.spec.action.max_rate / env.spec.control_rate_hz + 1e-6
+    assert env.stats.late_steps <= 2
+
+
+@pytest.mark.parametrize(
+    ("action", "words"), [(np.array([np.nan, 0.0]), "not finite"), (np.zeros(3), "shape (3,)")], ids=["nan", "shape"]
+)
+def test_bad_action_holds_the_arm_and_names_the_problem(arm: RosArm, action: np.ndarray, words: str) -> None:
+    env = make_env(arm)
+    obs, _ = env.reset(seed=1)
+    before = arm.state().ee_pos
+    _, _, terminated, truncated, info = env.step(action)
+    assert info["source"] == "hold" and words in info["reason"], info
+    np.testing.assert_allclose(info["action"], before[:2], atol=2e-3)  # the hold target is where the arm is
+    time.sleep(0.3)
+    assert np.linalg.norm(arm.state().ee_pos - before) < 3e-3
+    assert not terminated
+    obs2, *_ = env.step(obs[:2])  # a good action afterwards steps normally
+    assert np.isfinite(obs2).all()
+
+
+class Takeover:
+    """A person's takeover at steps 3–6: drives the pusher +x in the base frame (stands in for the arbiter)."""
+
+    def __init__(self) -> None:
+        self.k = 0
+
+    def reset(self) -> None:
+        self.k = 0
+
+    def decide(self, policy_action: np.ndarray, hold_action: np.ndarray, state: ArmState) -> Decision:
+        self.k += 1
+        if 3 <= self.k <= 6:
+            return Decision(hold_action + np.array([0.03, 0.0]), True, "teleop")
+        return Decision(policy_action)
+
+
+def test_intervention_steps_are_marked_and_executed(arm: RosArm, tmp_path: Path) -> None:
+    env = RealEnv(arm, arm_task(TASK), RealEnvConfig(episode_time_s=1.0, reset=("sim",)), intervention=Takeover())
+    obs, _ = env.reset(seed=2)
+    marks, xs = [], []
+    done = False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(obs[:2])  # the "policy" asks to stay put
+        marks.append(info["is_intervention"])
+        xs.append(obs[0])
+        done = terminated or truncated
+    assert marks == [False, False, True, True, True, True, False, False, False, False]
+    assert xs[6] - xs[1] > 0.05  # the person's +x pushes moved the tip in the base frame
+    assert "time limit" in info["reason"]
+
+
+def test_stale_state_ends_the_episode_naming_the_topic(tmp_path: Path) -> None:
+    domain = int(os.environ["ROS_DOMAIN_ID"]) + 100  # apart from the module's bridge, which keeps publishing
+    with sim_bridge_process(TASK, domain_id=domain) as bridge, RosArm(domain_id=domain) as arm:
+        arm.wait_for_state(timeout_s=30.0)
+        env = make_env(arm)
+        obs, _ = env.reset(seed=3)
+        env.step(obs[:2])
+        bridge.kill()  # the driver dies
+        bridge.wait()
+        _, _, terminated, truncated, info = env.step(obs[:2])
+        for _ in range(3):
+            if truncated:
+                break
+            _, _, terminated, truncated, info = env.step(obs[:2])
+        assert truncated and not terminated
+        assert "stale state" in info["reason"] and "ms old" in info["reason"], info["reason"]
+        with pytest.raises(RuntimeError, match="reset"):
+            env.step(obs[:2])
+
+
+def test_record_survives_sigkill(tmp_path: Path) -> None:
+    """SIGKILL of `reflexlab record` mid-episode: every committed episode loads, and so does the next session's."""
+    out = tmp_path / "rec"
+    cmd = [sys.executable, "-m", "reflexlab.cli", "record", "--out", str(out), "--episodes", "50",
+           "--episode-time-s", "1.5", "--seed", "5"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())
+    info = out / "meta" / "info.json"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (info.exists() and json.loads(info.read_text())["total_episodes"] >= 2):
+        time.sleep(0.2)
+    time.sleep(0.7)  # mid-episode (each lasts 1.5 s)
+    bridges = [p for p in psutil.Process(proc.pid).children() if "sim-bridge" in " ".join(p.cmdline())]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    committed = json.loads(info.read_text())["total_episodes"]
+    assert committed >= 2
+    ds = load_dataset(out)
+    assert ds.num_episodes == committed
+    for i in range(committed):
+        ep = ds.episode(i)
+        assert len(ep["action"]) == ds.episode_meta(i)["length"] and np.isfinite(ep["observation.state"]).all()
+    # The recorder's simulated robot died with it (no phantom robot keeps running).
+    assert bridges
+    psutil.wait_procs(bridges, timeout=10)
+    assert not any(b.is_running() and b.status() != psutil.STATUS_ZOMBIE for b in bridges)
+    # The next session recovers the dataset and appends.
+    with DatasetWriter(out, fps=10, robot_type="franka-panda", features=features_of_spec(ds), spec=ds.spec) as w:
+        assert w.num_episodes == committed
+
+
+def features_of_spec(ds: object) -> dict[str, tuple[int, ...]]:
+    return dict(ds.vector_features)  # type: ignore[attr-defined]
