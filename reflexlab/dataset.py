@@ -9,14 +9,30 @@ evaluation and LeRobot's own tools read a single format::
     meta/tasks.parquet                        task_index, task
     meta/episodes/chunk-000/file-000.parquet  one row per episode: data file, global index range, success, metadata
     data/chunk-CCC/file-FFF.parquet           per-step rows of many episodes, each file at most data_files_size_in_mb
+    videos/KEY/chunk-CCC/file-FFF.mp4         one camera's frames of ONE episode (file index = episode index within
+                                              its chunk): h264 yuv420p, frame i is step i, stamped i / fps
+
+Cameras. Camera features (``videos=`` of `DatasetWriter`, LeRobot's ``dtype: "video"``) are (H, W, 3) uint8 RGB
+frames, encoded while the episode records: each frame goes straight into an ffmpeg process that writes a temporary
+MP4, so a long episode never sits in RAM. h264/yuv420p because every player, browser, PyAV and torchcodec decode
+it; GOP 2 (as LeRobot) because training reads frames at random. yuv420p is lossy and halves chroma resolution, so
+depth images (which need exact 16-bit values) are not supported: that would need a lossless codec (FFV1 gray16le
+in MKV, or PNG files), which LeRobot's video path does not read. A camera frame that did not arrive is given as
+``None``: the previous frame is encoded again (video frame i stays step i) and the step's ``is_dropped.KEY`` column
+says so; the episodes parquet counts them per episode in ``videos/KEY/dropped_frames``. `Dataset.video_frames`
+reads frames by step. LeRobot instead looks a step's frame up at ``from_timestamp + timestamp``, which agrees only
+while the ``timestamp`` column stays within its 1e-4 s tolerance of frame_index / fps (the default timestamps do).
+stats.json holds no camera statistics yet: a LeRobot policy that normalises images by dataset stats needs them.
 
 Crash-safety protocol. A robot session can die at any instant (SIGKILL, power cut, an e-stop that cuts the PC),
 and a day of demonstrations must not die with it: an episode is complete on disk or absent. Parquet cannot be
 appended in place (its footer sits at the end of the file) and many episodes share one data file, so a save never
 edits a file, it *replaces* files, in an order that makes every intermediate state readable:
 
-1. Frames of the episode being recorded live only in memory. Dying mid-episode loses that episode and nothing else.
-2. ``save_episode`` writes the new version of the current data file (its committed rows plus the new episode, or a
+1. Frames of the episode being recorded live only in memory, camera frames only in a ``.tmp`` MP4 that no meta file
+   references. Dying mid-episode loses that episode and nothing else.
+2. ``save_episode`` first finishes each camera's encoder, fsyncs its temp MP4 and renames it to its final name, then
+   writes the new version of the current data file (its committed rows plus the new episode, or a
    fresh file when the size cap would be exceeded) to ``<name>.tmp``, fsyncs it and renames it over the old one.
    rename(2) is atomic, so the file is the old or the new version, and the old rows are identical in both.
 3. It then publishes tasks.parquet, the episodes parquet and stats.json the same way, and info.json LAST. The
@@ -25,11 +41,18 @@ edits a file, it *replaces* files, in an order that makes every intermediate sta
 4. Readers trust only info.json, the first ``total_episodes`` rows of the episodes parquet and the first
    ``total_tasks`` rows of tasks.parquet (both only ever grow by appending rows), and read data rows only through
    the index ranges those rows list. A crash between steps therefore leaves only ignorable debris: rows after the
-   last committed episode, a data file nobody references, one extra meta row, a ``.tmp`` file, or a stats.json one
-   episode ahead (the reader recomputes the stats from the committed rows while it validates them anyway).
+   last committed episode, a data or video file nobody references, one extra meta row, a ``.tmp`` file, or a
+   stats.json one episode ahead (the reader recomputes the stats from the committed rows while it validates them).
 5. A writer opening a dataset takes an exclusive lock (it must never delete a live writer's temp files), then
-   recovers: removes ``.tmp`` files and unreferenced data files, truncates orphan rows and re-publishes the meta
-   files from the committed state, so that other tools, which know nothing of commit points, see a clean dataset.
+   recovers: removes ``.tmp`` files and unreferenced data and video files, truncates orphan rows and re-publishes the
+   meta files from the committed state, so that other tools, which know nothing of commit points, see a clean
+   dataset. The writer creates each temp MP4 itself and hands ffmpeg only its descriptor, so an encoder orphaned by
+   a killed recorder writes into a file recovery has already unlinked and can never re-create one.
+
+Disk full. An ENOSPC/EDQUOT/EFBIG during ``save_episode`` raises a `DatasetError` saying so; what was written is
+debris by the rules above, the dataset is as before and the frames stay buffered: free space and save again. A
+camera's video cannot be kept that way (its frames are already in the encoder): when its encoder hits a full disk,
+the episode's video is lost, and the error says to free space, ``discard_episode()`` and record again.
 
 Cost: each save rewrites the current data file (at most ``data_files_size_in_mb``); lower the cap when logging
 many short episodes at a high rate.
@@ -37,17 +60,22 @@ many short episodes at a high rate.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import itertools
 import json
 import math
 import os
 import re
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -59,6 +87,7 @@ from reflexlab.spec import Spec, SpecMismatchError
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 INFO_PATH = "meta/info.json"
 STATS_PATH = "meta/stats.json"
 TASKS_PATH = "meta/tasks.parquet"
@@ -66,8 +95,15 @@ EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
 CHUNKS_SIZE = 1000
 DATA_FILES_SIZE_IN_MB = 100.0
 REQUIRED_VECTORS = ("observation.state", "action")
+VIDEO_FILES_SIZE_IN_MB = 200.0
 TEMP_SUFFIX = ".tmp"
 LOCK_NAME = ".writer.lock"
+DROPPED_PREFIX = "is_dropped."  # + video key: the per-step "this camera frame did not arrive" column
+# The encoding (see the module docstring); CRF 18 is near visually lossless, "veryfast" keeps up with cameras.
+VIDEO_CODEC = "h264"
+VIDEO_PIX_FMT = "yuv420p"
+_X264_ARGS = ("-c:v", "libx264", "-preset", "veryfast", "-crf", "18", "-g", "2", "-pix_fmt", VIDEO_PIX_FMT)
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 # Per-step scalar columns (LeRobot's, then ours: RL end flags, interventions, which policy acted) and their dtypes.
 STEP_COLUMNS: dict[str, str] = {
@@ -101,6 +137,7 @@ _ARROW_TYPES = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()
 _FLOAT_STEP_COLUMNS = ("timestamp", "next.reward")
 _INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "chunks_size", "total_episodes", "total_frames")
 _DATA_FILE = re.compile(r"chunk-(\d+)/file-(\d+)\.parquet$")
+_VIDEO_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 
 FileId = tuple[int, int]  # (chunk_index, file_index)
 
@@ -168,49 +205,109 @@ def _stats_json(stats: dict[str, _Moments]) -> dict[str, dict[str, list[float]]]
 
 
 # --- features and schema -----------------------------------------------------------------------------------------
-def _features_info(vectors: dict[str, tuple[int, ...]], spec: Spec | None) -> dict[str, dict[str, Any]]:
-    """info.json ``features``: the caller's float vectors, then the fixed per-step columns, LeRobot style."""
+def _features_info(
+    vectors: dict[str, tuple[int, ...]], videos: dict[str, tuple[int, ...]], fps: float, spec: Spec | None
+) -> dict[str, dict[str, Any]]:
+    """info.json ``features``: the caller's float vectors and cameras, then the per-step columns, LeRobot style."""
     features: dict[str, dict[str, Any]] = {}
     for name, shape in vectors.items():
         names = list(spec.action.names) if spec is not None and name == "action" else None
         features[name] = {"dtype": "float32", "shape": list(shape), "names": names}
-    for name, dtype in STEP_COLUMNS.items():
+    for name, (height, width, channels) in videos.items():
+        features[name] = {
+            "dtype": "video",
+            "shape": [height, width, channels],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.height": height,
+                "video.width": width,
+                "video.codec": VIDEO_CODEC,
+                "video.pix_fmt": VIDEO_PIX_FMT,
+                "video.is_depth_map": False,
+                "video.fps": fps,
+                "video.channels": channels,
+                "has_audio": False,
+            },
+        }
+    for name, dtype in _step_columns(videos).items():
         features[name] = {"dtype": dtype, "shape": [1], "names": None}
     return features
 
 
 def _vectors_of(features: dict[str, dict[str, Any]]) -> dict[str, tuple[int, ...]]:
-    return {k: tuple(v["shape"]) for k, v in features.items() if k not in STEP_COLUMNS}
+    return {k: tuple(v["shape"]) for k, v in features.items() if v.get("dtype") == "float32" and k not in STEP_COLUMNS}
 
 
-def _schema(vectors: dict[str, tuple[int, ...]]) -> pa.Schema:
+def _videos_of(features: dict[str, dict[str, Any]]) -> dict[str, tuple[int, ...]]:
+    return {k: tuple(v["shape"]) for k, v in features.items() if v.get("dtype") == "video"}
+
+
+def _step_columns(videos: dict[str, tuple[int, ...]]) -> dict[str, str]:
+    """The per-step scalar columns of a dataset with these cameras: the fixed ones plus one drop flag per camera."""
+    return {**STEP_COLUMNS, **{DROPPED_PREFIX + key: "bool" for key in videos}}
+
+
+def _video_columns(videos: dict[str, tuple[int, ...]]) -> dict[str, pa.DataType]:
+    """Episodes-parquet columns locating each camera's file (LeRobot's) and counting its dropped frames (ours)."""
+    columns: dict[str, pa.DataType] = {}
+    for key in videos:
+        for name, kind in (
+            ("chunk_index", pa.int64()),
+            ("file_index", pa.int64()),
+            ("from_timestamp", pa.float64()),
+            ("to_timestamp", pa.float64()),
+            ("dropped_frames", pa.int64()),
+        ):
+            columns[f"videos/{key}/{name}"] = kind
+    return columns
+
+
+def _schema(vectors: dict[str, tuple[int, ...]], videos: dict[str, tuple[int, ...]]) -> pa.Schema:
     """Vectors as fixed-size float32 lists (their length is part of the type, so a wrong shape cannot hide)."""
     fields = [pa.field(k, pa.list_(pa.float32(), shape[0])) for k, shape in vectors.items()]
-    fields += [pa.field(k, _ARROW_TYPES[dtype]) for k, dtype in STEP_COLUMNS.items()]
+    fields += [pa.field(k, _ARROW_TYPES[dtype]) for k, dtype in _step_columns(videos).items()]
     return pa.schema(fields)
 
 
-def _check_vectors(root: Path, vectors: dict[str, tuple[int, ...]], spec: Spec | None) -> None:
+def _check_declared(
+    root: Path, vectors: dict[str, tuple[int, ...]], videos: dict[str, tuple[int, ...]], spec: Spec | None
+) -> None:
     for key in REQUIRED_VECTORS:
         if key not in vectors:
             raise DatasetError(root, "every dataset needs this vector feature", key=key)
+    reserved = _step_columns(videos)
     for key, shape in vectors.items():
-        if key in STEP_COLUMNS:
+        if key in reserved:
             raise DatasetError(root, "is a per-step column the format writes itself; pick another name", key=key)
         if len(shape) != 1 or int(shape[0]) < 1:
             raise DatasetError(root, f"features must be non-empty 1-D vectors, got shape {tuple(shape)}", key=key)
+    for key, shape in videos.items():
+        if key in vectors or key in reserved:
+            raise DatasetError(root, "is already a vector or per-step column; pick another name", key=key)
+        if not _VIDEO_KEY.fullmatch(key):
+            raise DatasetError(
+                root, "video keys become folder names: a letter, then letters, digits, '_', '-', '.'", key=key
+            )
+        if len(shape) != 3 or shape[2] != 3 or min(shape) < 1:
+            raise DatasetError(root, f"videos are (height, width, 3) RGB, got shape {tuple(shape)}", key=key)
+        if shape[0] % 2 or shape[1] % 2:
+            raise DatasetError(root, f"{VIDEO_PIX_FMT} needs an even height and width, got {tuple(shape)}", key=key)
     if spec is not None and tuple(vectors["action"]) != (spec.action.size,):
         raise DatasetError(root, f"shape {vectors['action']} disagrees with the Spec's {spec.action.size} actions")
 
 
-def _feature_problem(key: str, feature: dict[str, Any]) -> str | None:
-    """Why an info.json feature is not one this format stores (videos and images are not supported yet)."""
+def _feature_problem(key: str, feature: dict[str, Any], videos: dict[str, tuple[int, ...]]) -> str | None:
+    """Why an info.json feature is not one this format stores (images other than RGB videos are not supported)."""
     shape = feature.get("shape")
-    if key in STEP_COLUMNS:
-        ok = feature.get("dtype") == STEP_COLUMNS[key] and shape == [1]
-        return None if ok else f"must be {STEP_COLUMNS[key]} of shape [1]"
+    steps = _step_columns(videos)
+    if key in steps:
+        ok = feature.get("dtype") == steps[key] and shape == [1]
+        return None if ok else f"must be {steps[key]} of shape [1]"
+    if feature.get("dtype") == "video":
+        ok = isinstance(shape, list) and len(shape) == 3 and shape[2] == 3 and all(isinstance(n, int) for n in shape)
+        return None if ok and min(shape) >= 1 else "a video must have shape [height, width, 3]"
     ok = feature.get("dtype") == "float32" and isinstance(shape, list) and len(shape) == 1 and shape[0] >= 1
-    return None if ok else "must be a float32 vector of shape [n] (videos and images are not supported yet)"
+    return None if ok else "must be a float32 vector of shape [n] or an RGB video (images and depth are not supported)"
 
 
 # --- reading columns ---------------------------------------------------------------------------------------------
@@ -254,20 +351,36 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
-    """Write ``path`` via a fsynced temp file and rename(2): readers see the old or the new file, never half of one."""
+def _make_parent(path: Path) -> None:
     if not path.parent.exists():
         path.parent.mkdir(parents=True)
         _fsync_dir(path.parent.parent)
+
+
+def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+    """Write ``path`` via a fsynced temp file and rename(2): readers see the old or the new file, never half of one.
+
+    A failed write removes its temp file: after a full disk, that is the space the caller frees first.
+    """
+    _make_parent(path)
     tmp = path.with_name(path.name + TEMP_SUFFIX)
-    write(tmp)
-    fd = os.open(tmp, os.O_RDONLY)
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+
+
+def _is_disk_full(err: OSError) -> bool:
+    """pyarrow's IO errors carry the errno only in their message, hence the second test."""
+    return err.errno in DISK_FULL_ERRNOS or any(os.strerror(code) in str(err) for code in DISK_FULL_ERRNOS)
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
@@ -282,10 +395,11 @@ def _tasks_table(tasks: list[str]) -> pa.Table:
     return pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
 
 
-def _episodes_table(root: Path, episodes: list[dict[str, Any]]) -> pa.Table:
+def _episodes_table(root: Path, episodes: list[dict[str, Any]], videos: dict[str, tuple[int, ...]]) -> pa.Table:
     """The episodes parquet; metadata columns are typed by their values, and a type clash names its key."""
-    columns = {name: pa.array([e[name] for e in episodes], kind) for name, kind in EPISODE_COLUMNS.items()}
-    extra = dict.fromkeys(k for e in episodes for k in e if k not in EPISODE_COLUMNS)
+    kinds = {**EPISODE_COLUMNS, **_video_columns(videos)}
+    columns = {name: pa.array([e[name] for e in episodes], kind) for name, kind in kinds.items()}
+    extra = dict.fromkeys(k for e in episodes for k in e if k not in kinds)
     for key in extra:
         try:
             columns[key] = pa.array([e.get(key) for e in episodes])
@@ -320,6 +434,8 @@ class Dataset:
         self._info = self._load_info()
         self._features: dict[str, dict[str, Any]] = self._info["features"]
         self._vectors = _vectors_of(self._features)
+        self._videos = _videos_of(self._features)
+        self._columns = [key for key in self._features if key not in self._videos]  # what the data files hold
         self._check_stats_file()
         self._tasks = self._load_tasks()
         self._episodes = self._load_episodes()
@@ -360,6 +476,11 @@ class Dataset:
         return dict(self._vectors)
 
     @property
+    def video_features(self) -> dict[str, tuple[int, ...]]:
+        """The camera features, key -> (height, width, 3) (what a `DatasetWriter` takes as ``videos``)."""
+        return dict(self._videos)
+
+    @property
     def spec(self) -> Spec | None:
         stored = self._info.get("reflexlab_spec")
         return None if stored is None else Spec.from_dict(stored)
@@ -377,16 +498,57 @@ class Dataset:
     def episode_meta(self, i: int) -> dict[str, Any]:
         """The episodes-parquet row of episode ``i``; metadata keys this episode did not set are left out."""
         row = self._episodes[self._check_index(i)]
-        return {k: v for k, v in row.items() if k in EPISODE_COLUMNS or v is not None}
+        return {k: v for k, v in row.items() if k in EPISODE_COLUMNS or k.startswith("videos/") or v is not None}
+
+    def video_path(self, i: int, key: str) -> Path:
+        """The MP4 holding camera ``key`` of episode ``i`` (frame t is step t, stamped from_timestamp + t / fps)."""
+        row = self._episodes[self._check_index(i)]
+        if key not in self._videos:
+            raise DatasetError(self.root, f"not a video feature ({', '.join(self._videos) or 'none'})", key=key)
+        return self._video_of(row, key)
+
+    def video_frames(self, i: int, key: str) -> Iterator[np.ndarray]:
+        """Decode camera ``key`` of episode ``i`` one (H, W, 3) uint8 frame at a time, one per step.
+
+        A generator rather than part of `episode`, because a minute of 640x480 at 30 fps is 1.6 GB decoded: callers
+        that want every frame in memory write ``np.stack(list(ds.video_frames(i, key)))``. Files holding several
+        episodes (LeRobot concatenates them) are read from ``from_timestamp`` on. Raises `DatasetError` if the file
+        cannot be decoded or holds fewer frames than the episode has steps.
+        """
+        import imageio_ffmpeg  # only camera datasets need ffmpeg
+
+        path = self.video_path(i, key)
+        height, width, _ = self._videos[key]
+        length = self._episodes[i]["length"]
+        first = round(self._episodes[i][f"videos/{key}/from_timestamp"] * self.fps)
+        count = 0
+        reader = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
+        try:
+            meta = next(reader)
+            if tuple(meta["size"]) != (width, height):
+                raise self._error(f"{path.name} is {meta['size']} pixels, the feature is {(width, height)}", i, key)
+            for raw in itertools.islice(reader, first, first + length):
+                yield np.frombuffer(raw, np.uint8).reshape(height, width, 3)
+                count += 1
+        except (OSError, RuntimeError, StopIteration) as err:
+            raise self._error(f"cannot decode {path}: {err}", i, key) from err
+        finally:
+            reader.close()
+        if count != length:
+            raise self._error(f"{path.name} holds {count} frames from frame {first}, the episode has {length}", i, key)
 
     def episode(self, i: int) -> dict[str, np.ndarray]:
-        """Every per-step column of episode ``i``: vectors as (T, d) float32, the rest as 1-D arrays."""
+        """Every per-step column of episode ``i``: vectors as (T, d) float32, the rest as 1-D arrays.
+
+        Camera frames are not included (see `video_frames`).
+        """
         row = self._episodes[self._check_index(i)]
         file_id = self._file_of(i)
         start = row["dataset_from_index"] - self._files[file_id][1]
         table = self._file_table(file_id).slice(start, row["length"])
         out: dict[str, np.ndarray] = {}
-        for key, feature in self._features.items():
+        for key in self._columns:
+            feature = self._features[key]
             column = table.column(key).combine_chunks()
             values = (
                 _vector_values(column, self._vectors[key][0])
@@ -415,6 +577,10 @@ class Dataset:
         row = self._episodes[i]
         return int(row["data/chunk_index"]), int(row["data/file_index"])
 
+    def _video_of(self, row: dict[str, Any], key: str) -> Path:
+        chunk, file = row[f"videos/{key}/chunk_index"], row[f"videos/{key}/file_index"]
+        return self.root / self._info["video_path"].format(video_key=key, chunk_index=chunk, file_index=file)
+
     def _data_file(self, file_id: FileId) -> str:
         return self._info["data_path"].format(chunk_index=file_id[0], file_index=file_id[1])
 
@@ -440,7 +606,7 @@ class Dataset:
                 raise self._error(f"{INFO_PATH} lacks this key", key=key)
         if info["codebase_version"] != CODEBASE_VERSION:
             raise self._error(f"codebase_version is {info['codebase_version']!r}, expected {CODEBASE_VERSION!r}")
-        self._check_features(info["features"])
+        self._check_features(info)
         if info.get("reflexlab_spec") is not None:
             try:
                 Spec.from_dict(info["reflexlab_spec"])
@@ -448,14 +614,18 @@ class Dataset:
                 raise self._error(str(err), key="reflexlab_spec") from err
         return info
 
-    def _check_features(self, features: dict[str, Any]) -> None:
-        for key in (*REQUIRED_VECTORS, *STEP_COLUMNS):
+    def _check_features(self, info: dict[str, Any]) -> None:
+        features = info["features"]
+        videos = _videos_of(features)
+        for key in (*REQUIRED_VECTORS, *_step_columns(videos)):
             if key not in features:
                 raise self._error(f"{INFO_PATH} features lack this key", key=key)
         for key, feature in features.items():
-            problem = _feature_problem(key, feature)
+            problem = _feature_problem(key, feature, videos)
             if problem:
                 raise self._error(f"{problem}; {INFO_PATH} says {feature}", key=key)
+        if videos and "video_path" not in info:
+            raise self._error(f"{INFO_PATH} has video features but no video_path", key="video_path")
 
     def _check_stats_file(self) -> None:
         """stats.json is only checked to exist and parse: `stats` is recomputed from the committed rows anyway."""
@@ -488,7 +658,7 @@ class Dataset:
         if table.num_rows < total:
             raise self._error(f"{EPISODES_PATH} has {table.num_rows} rows, info.json says {total} episodes")
         table = table.slice(0, total)
-        for key in EPISODE_COLUMNS:
+        for key in [*EPISODE_COLUMNS, *_video_columns(self._videos)]:
             if key not in table.column_names:
                 raise self._error(f"{EPISODES_PATH} lacks this column", key=key)
             nulls = np.flatnonzero(table.column(key).is_null().to_numpy(zero_copy_only=False))
@@ -527,6 +697,10 @@ class Dataset:
             )
         if not row["tasks"] or row["tasks"][0] not in self._tasks:
             raise self._error(f"task {row['tasks']} is not in {TASKS_PATH}", episode=i, key="tasks")
+        for key in self._videos:
+            path = self._video_of(row, key)
+            if not path.is_file():
+                raise self._error(f"missing {path.relative_to(self.root)}", episode=i, key=key)
 
     def _validate_file(self, file_id: FileId, group: list[int]) -> None:
         """Check the committed rows of one data file against its episodes and fold them into the stats."""
@@ -544,17 +718,17 @@ class Dataset:
             short = _episode_of_row(starts, np.array(group), table.num_rows)
             raise self._error(f"data file has {table.num_rows} rows, the episodes need {needed}", episode=short)
         table = table.slice(0, needed)
-        values = {key: self._column_values(table, key, starts, group) for key in self._features}
+        values = {key: self._column_values(table, key, starts, group) for key in self._columns}
         self._check_indices(values, base, starts, lengths, group)
         moments = {key: _Moments.of(v) for key, v in values.items()}
         self._moments = _merge_stats(self._moments, moments)
 
     def _check_columns(self, table: pa.Table, episode: int) -> None:
-        for key in self._features:
+        for key in self._columns:
             if key not in table.column_names:
                 raise self._error("column missing from its data file", episode=episode, key=key)
         for key in table.column_names:
-            if key not in self._features:
+            if key not in self._columns:
                 raise self._error("data column is not a feature in info.json", episode=episode, key=key)
 
     def _column_values(self, table: pa.Table, key: str, starts: np.ndarray, group: list[int]) -> np.ndarray:
@@ -623,7 +797,7 @@ def _lock(root: Path) -> IO[bytes]:
 
 
 def _remove_temp_files(root: Path) -> None:
-    for folder in (root / "meta", root / "data"):
+    for folder in (root / "meta", root / "data", root / "videos"):
         for path in folder.rglob(f"*{TEMP_SUFFIX}"):
             path.unlink()
 
@@ -635,6 +809,102 @@ def _data_files(root: Path) -> dict[FileId, Path]:
         if match:
             files[int(match[1]), int(match[2])] = path
     return files
+
+
+def _video_files(root: Path) -> list[Path]:
+    return list((root / "videos").glob("*/chunk-*/file-*.mp4"))
+
+
+def _video_file(episode: int, key: str, chunks_size: int) -> str:
+    """One MP4 per episode and camera: file index = the episode's place in its chunk."""
+    return VIDEO_PATH.format(video_key=key, chunk_index=episode // chunks_size, file_index=episode % chunks_size)
+
+
+class _EncoderError(Exception):
+    """A camera's encoder failed; ``disk_full`` when it could not write its output for lack of space."""
+
+    def __init__(self, detail: str, disk_full: bool) -> None:
+        super().__init__(detail)
+        self.disk_full = disk_full
+
+
+class _VideoEncoder:
+    """One camera's frames of the episode being recorded, streamed through ffmpeg into a temporary MP4.
+
+    The writer creates the temp file and passes ffmpeg only its descriptor (as ``/dev/fd/N``; Linux, like the
+    flock): an encoder orphaned by a killed recorder then writes into that inode, which recovery unlinks, and can
+    never re-create a temp file after the next writer cleaned up. ffmpeg runs in its own process group, so a Ctrl-C
+    aimed at the recorder does not kill the encoder of an episode that is about to be saved. Its stderr goes to a
+    memory file (no pipe to drain, no disk needed to report a full disk).
+    """
+
+    def __init__(self, tmp: Path, shape: tuple[int, ...], fps: float) -> None:
+        import imageio_ffmpeg  # the ffmpeg binary; only camera datasets need it
+
+        _make_parent(tmp)
+        self.tmp = tmp
+        self._out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        self._log = os.memfd_create("ffmpeg-stderr", os.MFD_CLOEXEC)
+        height, width, _ = shape
+        command = [
+            imageio_ffmpeg.get_ffmpeg_exe(),
+            *("-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24"),
+            *("-s", f"{width}x{height}", "-r", str(Fraction(fps).limit_denominator()), "-i", "pipe:0", "-an"),
+            *_X264_ARGS,
+            *("-f", "mp4", "-y", f"/dev/fd/{self._out}"),
+        ]
+        self._process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=self._log,
+            pass_fds=(self._out,),
+            process_group=0,
+        )
+
+    def write(self, frame: np.ndarray) -> None:
+        assert self._process.stdin is not None
+        try:
+            self._process.stdin.write(memoryview(frame).cast("B"))
+        except OSError:  # a broken pipe: ffmpeg died, its stderr says why
+            raise self._failure() from None
+
+    def finish(self) -> None:
+        """Flush the encoder and fsync the temp file; raises `_EncoderError` when the MP4 could not be finished."""
+        assert self._process.stdin is not None
+        with contextlib.suppress(OSError):  # flushing into a dead ffmpeg; its exit status below says why
+            self._process.stdin.close()
+        if self._process.wait() != 0:
+            raise self._failure()
+        try:
+            os.fsync(self._out)
+        except OSError as err:
+            raise _EncoderError(f"fsync of {self.tmp.name}: {err}", _is_disk_full(err)) from err
+        self._close_files()
+
+    def abort(self) -> None:
+        """Stop ffmpeg and delete the temp file (a discarded or failed episode)."""
+        if self._process.poll() is None:
+            self._process.kill()
+        if self._process.stdin is not None:
+            with contextlib.suppress(OSError):  # the pipe's reader is already gone
+                self._process.stdin.close()
+        self._process.wait()
+        self._close_files()
+        self.tmp.unlink(missing_ok=True)
+
+    def _failure(self) -> _EncoderError:
+        status = self._process.wait()
+        lines = os.pread(self._log, 8192, 0).decode(errors="replace").strip().splitlines() or ["no message"]
+        full = [line for line in lines if any(os.strerror(code) in line for code in DISK_FULL_ERRNOS)]
+        disk_full = status == -signal.SIGXFSZ or bool(full)
+        return _EncoderError(f"ffmpeg exited with status {status}: {(full or lines)[0]}", disk_full)
+
+    def _close_files(self) -> None:
+        for fd in (self._out, self._log):
+            if fd >= 0:
+                os.close(fd)
+        self._out = self._log = -1
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -653,6 +923,9 @@ class DatasetWriter:
 
     Use as a context manager. Leaving through an exception discards the unsaved episode (it is absent, as after a
     crash); leaving normally with unsaved frames is an error, because silently dropping a demonstration is worse.
+
+    ``features`` are float vectors, name -> (n,); ``videos`` are cameras, name -> (height, width, 3), recorded as
+    MP4 (see the module docstring). Camera names conventionally start with ``observation.images.``.
     """
 
     def __init__(
@@ -663,23 +936,33 @@ class DatasetWriter:
         features: dict[str, tuple[int, ...]],
         spec: Spec | None = None,
         *,
+        videos: dict[str, tuple[int, int, int]] | None = None,
         data_files_size_in_mb: float | None = None,
         chunks_size: int | None = None,
     ) -> None:
         self.root = Path(root)
         self._vectors = {key: tuple(int(n) for n in shape) for key, shape in features.items()}
-        _check_vectors(self.root, self._vectors, spec)
+        self._videos = {key: tuple(int(n) for n in shape) for key, shape in (videos or {}).items()}
+        _check_declared(self.root, self._vectors, self._videos, spec)
         if not (math.isfinite(fps) and fps > 0):
             raise DatasetError(self.root, f"must be positive and finite, got {fps}", key="fps")
-        self._schema = _schema(self._vectors)
+        self._schema = _schema(self._vectors, self._videos)
         self._pending = self._empty_pending()
+        # The episode being recorded, per camera: its encoder, the last frame (re-encoded for a dropped one).
+        self._encoders: dict[str, _VideoEncoder] = {}
+        self._last_images: dict[str, np.ndarray] = {}
+        self._video_failure: tuple[str, str] | None = None  # (key, message) once an encoder failed
+        self._videos_placed = False  # a failed save already renamed this episode's videos into place
         layout = {"chunks_size": chunks_size, "data_files_size_in_mb": data_files_size_in_mb}
+        info_fps = int(fps) if float(fps).is_integer() else float(fps)
+        video_layout = {"video_path": VIDEO_PATH, "video_files_size_in_mb": VIDEO_FILES_SIZE_IN_MB}
         wanted = {
             "codebase_version": CODEBASE_VERSION,
             "robot_type": robot_type,
-            "fps": int(fps) if float(fps).is_integer() else float(fps),
-            "features": _features_info(self._vectors, spec),
+            "fps": info_fps,
+            "features": _features_info(self._vectors, self._videos, info_fps, spec),
             "data_path": DATA_PATH,
+            **(video_layout if self._videos else {}),
             "chunks_size": CHUNKS_SIZE if chunks_size is None else chunks_size,
             "data_files_size_in_mb": DATA_FILES_SIZE_IN_MB if data_files_size_in_mb is None else data_files_size_in_mb,
             "total_episodes": 0,
@@ -715,7 +998,7 @@ class DatasetWriter:
 
     def add_frame(
         self,
-        frame: dict[str, np.ndarray],
+        frame: dict[str, np.ndarray | None],
         *,
         reward: float = 0.0,
         terminated: bool = False,
@@ -725,31 +1008,40 @@ class DatasetWriter:
         policy_version: int = 0,
         timestamp: float | None = None,
     ) -> None:
-        """Buffer one step: ``frame`` holds every declared vector feature; the keywords describe the step's outcome.
+        """Buffer one step: ``frame`` holds every declared vector and camera; the keywords describe the step's outcome.
 
-        ``timestamp`` (s) defaults to frame_index / fps. A terminated or truncated step must be the episode's last.
+        A camera's value is an (H, W, 3) uint8 RGB array, or ``None`` when the camera delivered no frame for this step
+        (the previous frame is encoded again and ``is_dropped.<camera>`` marks the step). ``timestamp`` (s) defaults
+        to frame_index / fps. A terminated or truncated step must be the episode's last.
         """
         self._check_open()
         episode = len(self._episodes)
+        self._check_recording(episode)
         frame_index = len(self._pending["timestamp"])
         if frame_index and (self._pending["next.terminated"][-1] or self._pending["next.truncated"][-1]):
             raise DatasetError(
                 self.root, "frame after a terminated/truncated step; save_episode() first", episode=episode
             )
         for key in frame:
-            if key not in self._vectors:
-                declared = ", ".join(self._vectors)
+            if key not in self._vectors and key not in self._videos:
+                declared = ", ".join([*self._vectors, *self._videos])
                 raise DatasetError(self.root, f"not a feature of this dataset ({declared})", episode=episode, key=key)
         vectors = {key: self._checked_vector(frame.get(key), key, episode) for key in self._vectors}
+        images = {key: self._checked_image(frame, key, episode) for key in self._videos}
         scalars = {
-            "timestamp": self._checked_timestamp(frame_index / self._fps if timestamp is None else timestamp, episode),
+            "timestamp": self._checked_timestamp(
+                frame_index / self._fps if timestamp is None else timestamp, episode, frame_index
+            ),
             "next.reward": self._checked_finite(reward, "next.reward", episode),
             "next.terminated": bool(terminated),
             "next.truncated": bool(truncated),
             "next.success": bool(success),
             "is_intervention": bool(is_intervention),
             "policy_version": int(policy_version),
+            **{DROPPED_PREFIX + key: image is None for key, image in images.items()},
         }
+        for key, image in images.items():
+            self._encode(key, image, episode)
         for key, value in {**vectors, **scalars}.items():
             self._pending[key].append(value)
 
@@ -757,10 +1049,12 @@ class DatasetWriter:
         """Commit the buffered frames as one episode and return its index (see the module docstring for the order).
 
         ``metadata``: per-episode bool/int/float/str values stored as columns of the episodes parquet. If this raises,
-        the dataset is unchanged and the frames stay buffered, so the save can be retried.
+        the dataset is unchanged and the frames stay buffered, so the save can be retried (after freeing space, when
+        the error says the disk is full) -- except when a camera's encoder failed: then the error says to discard.
         """
         self._check_open()
         index = len(self._episodes)
+        self._check_recording(index, saving=True)
         length = len(self._pending["timestamp"])
         if length == 0:
             raise DatasetError(self.root, "refusing to save a zero-length episode; add frames first", episode=index)
@@ -782,10 +1076,12 @@ class DatasetWriter:
             "meta/episodes/chunk_index": 0,
             "meta/episodes/file_index": 0,
             "success": bool(columns["next.success"].any()),
+            **self._video_row(index, columns),
             **self._checked_metadata(metadata or {}, index),
         }
         episodes = [*self._episodes, row]
-        episodes_table = _episodes_table(self.root, episodes)  # before any write: a metadata type clash changes nothing
+        # before any write: a metadata type clash changes nothing
+        episodes_table = _episodes_table(self.root, episodes, self._videos)
         stats = _merge_stats(self._stats, {key: _Moments.of(values) for key, values in columns.items()})
         info = {
             **self._info,
@@ -794,26 +1090,44 @@ class DatasetWriter:
             "total_tasks": len(tasks),
             "splits": {"train": f"0:{index + 1}"},
         }
+        if self._videos:
+            info["total_videos"] = (index + 1) * len(self._videos)
         path = self.root / DATA_PATH.format(chunk_index=file_id[0], file_index=file_id[1])
-        _write_parquet(path, file_table)
-        _publish_meta(self.root, info, tasks, episodes_table, stats)
+        try:
+            self._place_videos(index)
+            _write_parquet(path, file_table)
+            _publish_meta(self.root, info, tasks, episodes_table, stats)
+        except OSError as err:
+            if not _is_disk_full(err):
+                raise
+            raise DatasetError(
+                self.root,
+                f"disk full ({err}); nothing was committed and the {length} frames are still buffered: "
+                "free space, then call save_episode() again",
+                episode=index,
+            ) from err
         self._info, self._tasks, self._episodes, self._stats = info, tasks, episodes, stats
         self._file, self._file_table, self._file_bytes = file_id, file_table, path.stat().st_size
-        self._pending = self._empty_pending()
+        self._reset_episode()
         return index
 
     def discard_episode(self) -> None:
         """Drop the buffered frames (a failed demo, a reset): nothing of them reaches the disk."""
-        self._pending = self._empty_pending()
+        for encoder in self._encoders.values():
+            encoder.abort()
+        if self._videos_placed:  # renamed into place by a save that then failed: unreferenced, so remove now
+            for key in self._videos:
+                (self.root / _video_file(len(self._episodes), key, self._info["chunks_size"])).unlink(missing_ok=True)
+        self._reset_episode()
 
     def close(self) -> None:
         """Release the dataset; raises if frames were left unsaved (they are dropped, and the caller should know)."""
         if self._lock is None:
             return
+        unsaved = len(self._pending["timestamp"])
+        self.discard_episode()
         self._lock.close()
         self._lock = None
-        unsaved = len(self._pending["timestamp"])
-        self._pending = self._empty_pending()
         if unsaved:
             raise DatasetError(
                 self.root,
@@ -838,13 +1152,14 @@ class DatasetWriter:
 
     def _create(self, info: dict[str, Any]) -> None:
         """Publish an empty dataset right away, so the folder is a valid dataset from the moment a writer exists."""
-        if _data_files(self.root):
+        if _data_files(self.root) or _video_files(self.root):
             raise DatasetError(
-                self.root, f"has data files but no {INFO_PATH}; refusing to overwrite them (restore the meta folder)"
+                self.root,
+                f"has data or video files but no {INFO_PATH}; refusing to overwrite them (restore the meta folder)",
             )
         self._info, self._tasks, self._episodes, self._stats = info, [], [], {}
         self._file, self._file_table, self._file_bytes = (0, 0), self._schema.empty_table(), 0
-        _publish_meta(self.root, info, [], _episodes_table(self.root, []), {})
+        _publish_meta(self.root, info, [], _episodes_table(self.root, [], self._videos), {})
 
     def _open_existing(self, wanted: dict[str, Any], spec: Spec | None, layout_keys: list[str]) -> None:
         stored = Dataset(self.root)
@@ -852,24 +1167,27 @@ class DatasetWriter:
         self._info = {**stored._info, "reflexlab_version": __version__}
         self._tasks, self._episodes, self._stats = stored._tasks, stored._episodes, stored._moments
         self._file = stored._file_of(len(self._episodes) - 1) if self._episodes else (0, 0)
-        self._recover()
+        self._recover({stored.video_path(i, key) for i in range(len(stored)) for key in self._videos})
 
     def _check_matches(
         self, stored: dict[str, Any], wanted: dict[str, Any], spec: Spec | None, keys: list[str]
     ) -> None:
-        for key in ("fps", "robot_type", "data_path", *keys):
+        for key in ("fps", "robot_type", "data_path", *(["video_path"] if self._videos else []), *keys):
             if not _same(stored.get(key), wanted[key]):
                 raise DatasetError(
                     self.root, f"the dataset has {stored.get(key)!r}, this writer was given {wanted[key]!r}", key=key
                 )
-        have = _vectors_of(stored["features"])
-        for key in dict.fromkeys([*have, *self._vectors]):
-            if have.get(key) != self._vectors.get(key):
-                raise DatasetError(
-                    self.root,
-                    f"the dataset's shape is {have.get(key)}, this writer was given {self._vectors.get(key)}",
-                    key=f"features.{key}",
-                )
+        for have, given in (
+            (_vectors_of(stored["features"]), self._vectors),
+            (_videos_of(stored["features"]), self._videos),
+        ):
+            for key in dict.fromkeys([*have, *given]):
+                if have.get(key) != given.get(key):
+                    raise DatasetError(
+                        self.root,
+                        f"the dataset's shape is {have.get(key)}, this writer was given {given.get(key)}",
+                        key=f"features.{key}",
+                    )
         stored_spec = stored.get("reflexlab_spec")
         if (stored_spec is None) != (spec is None):
             says = "has a Spec and this writer none" if spec is None else "has no Spec and this writer has one"
@@ -880,8 +1198,14 @@ class DatasetWriter:
             except SpecMismatchError as err:
                 raise DatasetError(self.root, str(err), key=f"reflexlab_spec.{err.field}") from err
 
-    def _recover(self) -> None:
-        """Remove what a crash left past the commit point, so tools that ignore our commit rules see clean data."""
+    def _recover(self, videos: set[Path]) -> None:
+        """Remove what a crash left past the commit point, so tools that ignore our commit rules see clean data.
+
+        ``videos``: the committed episodes' video files; any other MP4 is a crashed save's.
+        """
+        for path in _video_files(self.root):
+            if path not in videos:
+                path.unlink()
         committed = sum(
             e["length"] for e in self._episodes if (e["data/chunk_index"], e["data/file_index"]) == self._file
         )
@@ -896,7 +1220,8 @@ class DatasetWriter:
                     _write_parquet(path, table)
                 self._file_table = self._conform(table)
                 self._file_bytes = path.stat().st_size
-        _publish_meta(self.root, self._info, self._tasks, _episodes_table(self.root, self._episodes), self._stats)
+        episodes = _episodes_table(self.root, self._episodes, self._videos)
+        _publish_meta(self.root, self._info, self._tasks, episodes, self._stats)
 
     def _conform(self, table: pa.Table) -> pa.Table:
         """The stored rows in this writer's schema (a file written by another tool may type its vectors loosely)."""
@@ -909,6 +1234,36 @@ class DatasetWriter:
     def _check_open(self) -> None:
         if self._lock is None:
             raise DatasetError(self.root, "this DatasetWriter is closed")
+
+    def _check_recording(self, episode: int, *, saving: bool = False) -> None:
+        """Refuse to go on with an episode whose video is lost, or whose videos a failed save already finished."""
+        if self._video_failure is not None:
+            key, message = self._video_failure
+            raise DatasetError(self.root, message, episode=episode, key=key)
+        if self._videos_placed and not saving:
+            raise DatasetError(
+                self.root,
+                "a failed save_episode() already finished this episode's videos: save again or discard_episode()",
+                episode=episode,
+            )
+
+    def _checked_image(self, frame: dict[str, np.ndarray | None], key: str, episode: int) -> np.ndarray | None:
+        if key not in frame:
+            raise DatasetError(
+                self.root, "missing from the frame (pass None if the camera dropped it)", episode=episode, key=key
+            )
+        image = frame[key]
+        if image is None:
+            return None
+        image = np.asarray(image)
+        if image.dtype != np.uint8 or image.shape != self._videos[key]:
+            raise DatasetError(
+                self.root,
+                f"{image.dtype} image of shape {image.shape}, the camera's is uint8 {self._videos[key]} (RGB)",
+                episode=episode,
+                key=key,
+            )
+        return np.ascontiguousarray(image)
 
     def _checked_vector(self, value: Any, key: str, episode: int) -> np.ndarray:
         if value is None:
@@ -936,19 +1291,23 @@ class DatasetWriter:
             raise DatasetError(self.root, f"{value} is not finite in float32", episode=episode, key=key)
         return float(value32)
 
-    def _checked_timestamp(self, value: float, episode: int) -> float:
+    def _checked_timestamp(self, value: float, episode: int, frame_index: int) -> float:
         stamp = self._checked_finite(value, "timestamp", episode)
         previous = self._pending["timestamp"][-1] if self._pending["timestamp"] else None
         if previous is not None and stamp <= previous:
             raise DatasetError(
-                self.root, f"{stamp} does not increase past {previous} (in float32)", episode=episode, key="timestamp"
+                self.root,
+                f"frame {frame_index} has timestamp {stamp} s, not after frame {frame_index - 1}'s {previous} s "
+                "(in float32): a clock went backwards or a step was recorded twice",
+                episode=episode,
+                key="timestamp",
             )
         return stamp
 
     def _checked_metadata(self, metadata: dict[str, Any], episode: int) -> dict[str, Any]:
         checked = {}
         for key, value in metadata.items():
-            if not isinstance(key, str) or key in EPISODE_COLUMNS:
+            if not isinstance(key, str) or key in EPISODE_COLUMNS or key in _video_columns(self._videos):
                 raise DatasetError(
                     self.root,
                     "metadata keys must be strings other than the format's columns",
@@ -969,14 +1328,80 @@ class DatasetWriter:
     # building the episode ----------------------------------------------------------------------------------------
     def _empty_pending(self) -> dict[str, list[Any]]:
         keys = [*self._vectors, "timestamp", "next.reward", "next.terminated", "next.truncated", "next.success"]
-        return {key: [] for key in [*keys, "is_intervention", "policy_version"]}
+        dropped = [DROPPED_PREFIX + key for key in self._videos]
+        return {key: [] for key in [*keys, "is_intervention", "policy_version", *dropped]}
+
+    def _reset_episode(self) -> None:
+        self._pending = self._empty_pending()
+        self._encoders, self._last_images = {}, {}
+        self._video_failure, self._videos_placed = None, False
+
+    # cameras -----------------------------------------------------------------------------------------------------
+    def _encode(self, key: str, image: np.ndarray | None, episode: int) -> None:
+        """Stream one camera frame into its encoder (started at the episode's first frame)."""
+        try:
+            if key not in self._encoders:
+                final = self.root / _video_file(episode, key, self._info["chunks_size"])
+                self._encoders[key] = _VideoEncoder(
+                    final.with_name(final.name + TEMP_SUFFIX), self._videos[key], self._fps
+                )
+            if image is not None:
+                self._last_images[key] = image.copy()  # the caller may reuse its buffer; a dropped frame repeats this
+            held = self._last_images.get(key)
+            self._encoders[key].write(np.zeros(self._videos[key], np.uint8) if held is None else held)
+        except _EncoderError as err:
+            self._fail_video(key, str(err), err.disk_full, episode)
+        except OSError as err:  # creating the temp file or starting ffmpeg
+            self._fail_video(key, str(err), _is_disk_full(err), episode)
+
+    def _place_videos(self, episode: int) -> None:
+        """Finish every camera's temp MP4 (fsynced) and rename it to its final name: step 2 of the commit protocol."""
+        if self._videos_placed:
+            return
+        for key, encoder in self._encoders.items():
+            try:
+                encoder.finish()
+            except _EncoderError as err:
+                self._fail_video(key, str(err), err.disk_full, episode)
+        for key, encoder in self._encoders.items():
+            final = self.root / _video_file(episode, key, self._info["chunks_size"])
+            os.replace(encoder.tmp, final)
+            _fsync_dir(final.parent)
+        self._videos_placed = True
+
+    def _fail_video(self, key: str, detail: str, disk_full: bool, episode: int) -> NoReturn:
+        """An encoder failed: its frames are gone and the episode cannot be saved. Free its temp files, say why."""
+        for encoder in self._encoders.values():
+            encoder.abort()
+        self._encoders = {}
+        cause = "disk full while encoding" if disk_full else "the video encoder failed for"
+        remedy = "free space, then " if disk_full else ""
+        message = (
+            f"{cause} this camera ({detail}); this episode's video is lost (saved episodes are intact): "
+            f"{remedy}call discard_episode() and record the episode again"
+        )
+        self._video_failure = (key, message)
+        raise DatasetError(self.root, message, episode=episode, key=key)
+
+    def _video_row(self, episode: int, columns: dict[str, np.ndarray]) -> dict[str, Any]:
+        """The episodes-parquet video columns: this episode's own file per camera, from t = 0."""
+        row: dict[str, Any] = {}
+        length = len(columns["timestamp"])
+        for key in self._videos:
+            chunk, file = episode // self._info["chunks_size"], episode % self._info["chunks_size"]
+            row[f"videos/{key}/chunk_index"] = chunk
+            row[f"videos/{key}/file_index"] = file
+            row[f"videos/{key}/from_timestamp"] = 0.0
+            row[f"videos/{key}/to_timestamp"] = length / self._fps
+            row[f"videos/{key}/dropped_frames"] = int(columns[DROPPED_PREFIX + key].sum())
+        return row
 
     def _episode_columns(self, index: int, task_index: int) -> dict[str, np.ndarray]:
         """Every column of the episode; ``next.done`` also marks the last frame, since the episode ends there."""
         pending = self._pending
         length = len(pending["timestamp"])
         columns = {key: np.stack(pending[key]) for key in self._vectors}
-        for key, dtype in STEP_COLUMNS.items():
+        for key, dtype in _step_columns(self._videos).items():
             if key in pending:
                 columns[key] = np.asarray(pending[key], dtype=dtype)
         start = self.num_frames

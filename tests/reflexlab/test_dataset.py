@@ -252,8 +252,9 @@ def test_writer_refuses_empty_episodes_and_broken_episode_structure(tmp_path: Pa
         assert err.value.episode == 0
         writer.add_frame(toy_frame(0, 0), timestamp=1.0)
         with pytest.raises(DatasetError) as err:
-            writer.add_frame(toy_frame(0, 1), timestamp=1.0)
-        assert err.value.key == "timestamp"
+            writer.add_frame(toy_frame(0, 1), timestamp=0.75)
+        assert (err.value.key, err.value.episode) == ("timestamp", 0)
+        assert "frame 1 has timestamp 0.75 s, not after frame 0's 1.0 s" in str(err.value)
         writer.add_frame(toy_frame(0, 1), timestamp=1.5, terminated=True)
         with pytest.raises(DatasetError, match="terminated"):
             writer.add_frame(toy_frame(0, 2), timestamp=2.0)
