@@ -11,6 +11,7 @@ marked with the reason, because what went wrong on a robot is data; nothing is d
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,7 @@ def record_episodes(
     task_text = task_text or env.spec.task
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
+        start_ns = time.time_ns()  # wall clock of the episode's t = 0: bags and logs line up with it
         if reset_actor is not None:
             reset_actor()
         done, reason = False, ""
@@ -95,7 +97,7 @@ def record_episodes(
             summary.intervention_steps += int(info["is_intervention"])
             obs, done, reason = next_obs, terminated or truncated, info["reason"] or reason
         end = "success" if info["success"] else (reason.split(":")[0] if reason else "terminated")
-        writer.save_episode(task_text, {"end_reason": reason or end, "seed": seed + k})
+        writer.save_episode(task_text, {"end_reason": reason or end, "seed": seed + k, "start_unix_ns": start_ns})
         summary.episodes += 1
         summary.successes += int(info["success"])
         summary.end_reasons[end] = summary.end_reasons.get(end, 0) + 1
