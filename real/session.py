@@ -31,6 +31,7 @@ class RecordOptions:
     episodes: int = 10
     policy: str = "expert"
     sim_as_real: bool = True
+    start_bridge: bool = True  # sim-as-real: start the arm bridge here (off: a launch file started it)
     reset: tuple[ResetStep, ...] | None = None
     episode_time_s: float = 30.0
     seed: int = 0
@@ -87,18 +88,41 @@ def make_actor(policy: str, task: ArmTask, seed: int) -> tuple[Actor | None, Cal
 
 def record_session(
     options: RecordOptions,
-    intervention: Intervention | None = None,
+    teleop: str | Intervention | None = None,
     on_episode: Callable[[int, RecordSummary], None] = print_progress,
 ) -> RecordSummary:
-    """Run a recording session end to end; returns what was recorded."""
+    """Run a recording session end to end; returns what was recorded.
+
+    ``teleop``: a teleop config (name in config/teleop or YAML path) to open, or a ready `Intervention`.
+    """
     o = options
     task = arm_task(o.task)
     reset = o.reset or (("sim",) if o.sim_as_real else ("scripted", "human"))
     if "sim" in reset and not o.sim_as_real:
         raise ValueError("reset step 'sim' needs --sim-as-real (a real scene is reset by a person: use human)")
-    actor, reset_actor = make_actor(o.policy, task, o.seed)
-    if actor is None and intervention is None:
+    if o.policy == "none" and teleop is None:
         raise ValueError("--policy none needs a teleop device (--teleop): otherwise nobody commands the robot")
+    actor, reset_actor = make_actor(o.policy, task, o.seed)
+    if not isinstance(teleop, str):
+        return _record(o, task, reset, actor, reset_actor, teleop, on_episode)
+    from real.teleop_link import make_intervention
+
+    intervention = make_intervention(teleop, task, 1.0 / task.spec.control_rate_hz)
+    try:
+        return _record(o, task, reset, actor, reset_actor, intervention, on_episode)
+    finally:
+        intervention.close()  # the device this session opened
+
+
+def _record(
+    o: RecordOptions,
+    task: ArmTask,
+    reset: tuple[ResetStep, ...],
+    actor: Actor | None,
+    reset_actor: Callable[[], None],
+    intervention: Intervention | None,
+    on_episode: Callable[[int, RecordSummary], None],
+) -> RecordSummary:
     if o.sim_as_real:  # the simulated robot lives on this host; never talk to the LAN
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     with _maybe_bridge(o), _arm() as arm:
@@ -123,7 +147,7 @@ def record_session(
 
 @contextmanager
 def _maybe_bridge(o: RecordOptions) -> Iterator[object]:
-    if not o.sim_as_real:
+    if not (o.sim_as_real and o.start_bridge):
         yield None
         return
     with sim_bridge_process(o.task, o.seed) as proc:

@@ -36,6 +36,14 @@ class ArmTask(Protocol):
         """The scripted reset pose, as an action."""
         ...
 
+    def ee_action(self, position: np.ndarray) -> np.ndarray:
+        """The action that sends the end effector to ``position`` (base frame; what teleop integrates)."""
+        ...
+
+    def clip_ee(self, position: np.ndarray) -> np.ndarray:
+        """``position`` moved into the region the action space can command (teleop's anti-windup)."""
+        ...
+
     def reward(self, state: ArmState) -> tuple[float, bool]:
         """Dense reward and whether the task is solved in this state."""
         ...
@@ -69,7 +77,14 @@ class PushTTask:
         return np.array([action[0], action[1], self.tip_height]), self.tip_quat
 
     def hold_action(self, state: ArmState) -> np.ndarray:
-        return state.ee_pos[:2].copy()
+        return self.ee_action(state.ee_pos)
+
+    def ee_action(self, position: np.ndarray) -> np.ndarray:
+        return np.asarray(position, dtype=np.float64)[:2].copy()  # the tip stays at its pushing height
+
+    def clip_ee(self, position: np.ndarray) -> np.ndarray:
+        low, high = self.spec.action.lower, self.spec.action.upper
+        return np.array([*np.clip(position[:2], low, high), self.tip_height])
 
     def home_action(self) -> np.ndarray:
         low, high = np.array(self.spec.action.lower), np.array(self.spec.action.upper)

@@ -462,12 +462,7 @@ def record(
         seed=seed,
         policy_version=policy_version,
     )
-    intervention = None
-    if teleop is not None:
-        from teleop.session import make_intervention
-
-        intervention = make_intervention(teleop, arm_task_name=task)
-    summary = record_session(options, intervention)
+    summary = record_session(options, teleop)
     print(json.dumps({"out": str(out), **summary.__dict__}))
 
 

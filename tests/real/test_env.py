@@ -53,6 +53,17 @@ def test_expert_episodes_recorded_in_real_time(arm: RosArm, tmp_path: Path) -> N
     moved = np.linalg.norm(np.diff(ep["action"], axis=0), axis=1)
     assert moved.max() <= env.spec.action.max_rate / env.spec.control_rate_hz + 1e-6
     assert env.stats.late_steps <= 2
+    # ROS users get the episode as a rosbag2 MCAP bag, stamped from the episode's wall-clock start.
+    from rosbags.highlevel import AnyReader
+
+    from reflexlab.cli import main
+
+    main(["export-mcap", "--dataset", str(tmp_path / "ds"), "--episode", "0", "--out", str(tmp_path / "bag")])
+    with AnyReader([tmp_path / "bag"]) as bag:
+        counts = {c.topic: c.msgcount for c in bag.connections}
+        first = next(iter(bag.messages()))[1]
+    assert counts["/action"] == counts["/is_intervention"] == len(ep["action"])
+    assert abs(first - ds.episode_meta(0)["start_unix_ns"]) < 1e9
 
 
 @pytest.mark.parametrize(
@@ -155,3 +166,62 @@ def test_record_survives_sigkill(tmp_path: Path) -> None:
 
 def features_of_spec(ds: object) -> dict[str, tuple[int, ...]]:
     return dict(ds.vector_features)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def pad() -> Iterator[object]:
+    """SDL's virtual joystick under the dummy video driver: a real pygame Joystick, no hardware."""
+    os.environ["SDL_VIDEODRIVER"] = "dummy"
+    os.environ["SDL_AUDIODRIVER"] = "dummy"
+    import pygame
+
+    from tests.teleop.sdl_virtual import VirtualJoystick
+
+    pygame.display.init()
+    pygame.joystick.init()
+    joy = VirtualJoystick()
+    joy.set_axis(2, -1.0)  # an xpad's triggers rest at -1
+    joy.set_axis(5, -1.0)
+    yield joy
+    pygame.joystick.quit()
+    pygame.display.quit()
+
+
+def test_gamepad_takeover_pushes_forward_in_the_base_frame_and_hands_back_smoothly(arm: RosArm, pad) -> None:
+    """The operator faces the robot; stick 'up' (away from them) must move the tip towards the robot: −x in base."""
+    from real.teleop_link import make_intervention
+
+    task = arm_task(TASK)
+    intervention = make_intervention("gamepad", task, dt=0.1)
+    env = RealEnv(arm, task, RealEnvConfig(episode_time_s=10.0, reset=("sim",)), intervention=intervention)
+    try:
+        obs, _ = env.reset(seed=8)
+        start = obs[:2].copy()
+        assert start[0] > 0.45  # room to move 0.1 m towards the robot inside the workspace
+        steps = []
+        for k in range(30):
+            if k == 3:
+                pad.set_button(4, True)  # LB: deadman
+                pad.set_axis(1, -1.0)  # left stick fully up
+            if k == 13:
+                pad.set_button(4, False)
+                pad.set_axis(1, 0.0)
+            obs, _, _, _, info = env.step(start)  # the policy wants the tip to stay at its start
+            steps.append((info["source"], info["is_intervention"], info["action"].copy(), obs[:2].copy()))
+        sources = [s for s, *_ in steps]
+        assert sources[:3] == ["policy"] * 3 and sources[3:13] == ["teleop"] * 10
+        assert sources[13:23] == ["handback"] * 10 and sources[23:] == ["policy"] * 7
+        assert all(flag == (s != "policy") for s, flag, *_ in steps)
+        moved = steps[12][3] - steps[2][3]
+        assert moved[0] < -0.06 and abs(moved[1]) < 0.01, moved  # 10 steps at 0.1 m/s towards the robot
+        actions = np.array([a for _, _, a, _ in steps])
+        assert np.linalg.norm(np.diff(actions, axis=0), axis=1).max() <= 0.04 + 1e-9  # no jump at either switch
+        # Unplugged mid-intervention: the robot holds, the reason is recorded, the policy does not get control back.
+        pad.set_button(4, True)
+        env.step(start)
+        pad.unplug()
+        held = [env.step(start)[4] for _ in range(3)]
+        assert all(i["source"] == "hold" and "disconnected" in i["reason"] and i["is_intervention"] for i in held)
+        np.testing.assert_allclose(held[-1]["action"], held[0]["action"], atol=5e-3)
+    finally:
+        intervention.close()
