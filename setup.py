@@ -16,5 +16,6 @@ setup(
         ("share/reflexlab/launch", glob("launch/*.launch.xml")),
         ("share/reflexlab/launch/params", glob("launch/params/*.yaml")),
         ("share/reflexlab/config/robots", glob("config/robots/*.yaml")),
+        ("share/reflexlab/config/teleop", glob("config/teleop/*.yaml")),
     ]
 )

@@ -20,7 +20,7 @@ PARAMETERS: dict[str, object] = {
     "task": "panda-push-t",
     "episodes": 10,
     "policy": "expert",  # expert | none | path to an exported .onnx
-    "teleop": "",  # config name in config/teleop or a YAML path; "" = no person
+    "teleop": "none",  # config name in config/teleop, a YAML path, or none (an empty string is no ROS parameter)
     "sim_as_real": False,  # on a robot the driver node runs beside this one
     "start_bridge": False,  # sim-as-real: the launch file starts arm_bridge
     "reset": ["scripted", "human"],
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> None:
         seed=int(p["seed"]),
         policy_version=int(p["policy_version"]),
     )
-    record_session(options, str(p["teleop"]) or None)
+    teleop = str(p["teleop"])
+    record_session(options, None if teleop in ("", "none") else teleop)
 
 
 if __name__ == "__main__":

@@ -55,13 +55,23 @@ def declared() -> dict[str, dict[str, type]]:
     """What each executable's node really declares (instances, not a list kept by hand)."""
     import rclpy
 
+    from deploy.ros.arm_bridge import ArmBridge
     from deploy.ros.policy_node import PolicyNode
     from deploy.ros.sim_bridge import SimBridge
+    from real.cameras.ros_node import PARAMETERS as CAMERA_PARAMETERS
+    from real.record_node import RecordNode
 
     rclpy.init()
     try:
-        out = {}
-        for exe, cls in (("policy_node", PolicyNode), ("sim_bridge", SimBridge)):
+        nodes = (
+            ("policy_node", PolicyNode),
+            ("sim_bridge", SimBridge),
+            ("arm_bridge", ArmBridge),
+            ("record_node", RecordNode),
+        )
+        # Hardware nodes open their device in __init__; they declare exactly their PARAMETERS table.
+        out = {"camera_node": {name: type(value) for name, value in CAMERA_PARAMETERS.items()}}
+        for exe, cls in nodes:
             node = cls()
             out[exe] = declared_parameters(node)
             node.destroy_node()
@@ -73,9 +83,11 @@ def declared() -> dict[str, dict[str, type]]:
 def test_colcon_installs_index_marker_executables_and_share_files(workspace: Path, share_dir) -> None:
     share = Path(share_dir(PACKAGE))
     assert share == workspace / "share" / PACKAGE
-    for f in ("package.xml", "launch/serve.launch.xml", "launch/sim.launch.xml", "config/robots/quadruped.yaml"):
+    files = ("package.xml", "launch/serve.launch.xml", "launch/sim.launch.xml", "launch/sim_robot.launch.xml",
+             "config/robots/quadruped.yaml", "config/teleop/gamepad.yaml")  # fmt: skip
+    for f in files:
         assert (share / f).is_file(), f
-    for exe in ("policy_node", "sim_bridge"):
+    for exe in ("policy_node", "sim_bridge", "arm_bridge", "record_node", "camera_node"):
         assert os.access(workspace / "lib" / PACKAGE / exe, os.X_OK), exe
 
 

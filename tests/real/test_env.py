@@ -225,3 +225,15 @@ def test_gamepad_takeover_pushes_forward_in_the_base_frame_and_hands_back_smooth
         np.testing.assert_allclose(held[-1]["action"], held[0]["action"], atol=5e-3)
     finally:
         intervention.close()
+
+
+def test_record_node_runs_from_ros_parameters(tmp_path: Path) -> None:
+    """`ros2 run reflexlab record_node --ros-args -p …` (what the launch files start) records an episode."""
+    exe = Path(sys.executable).with_name("record_node")
+    params = ["out:=" + str(tmp_path / "ds"), "episodes:=1", "episode_time_s:=1.0", "sim_as_real:=true",
+              "start_bridge:=true", "reset:=[sim]", "seed:=1"]  # fmt: skip
+    args = [str(exe), "--ros-args", *[a for p in params for a in ("-p", p)]]
+    result = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ds = load_dataset(tmp_path / "ds")
+    assert ds.num_episodes == 1 and ds.episode_meta(0)["length"] == 10
