@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -22,6 +23,16 @@ from reflexlab.dataset import DatasetWriter
 from reflexlab.env import SingleEnv
 
 Actor = Callable[[np.ndarray], np.ndarray]
+IMAGE_PREFIX = "observation.images."
+
+
+class Camera(Protocol):
+    """What recording needs of a camera (`real.cameras.realsense.RealSenseCamera`): the newest frame and its age."""
+
+    period_s: float
+
+    def latest(self) -> Any:  # a `Latest` (frame, age_s), or None before the first frame
+        ...
 
 
 @dataclass
@@ -30,6 +41,7 @@ class RecordSummary:
     steps: int = 0
     successes: int = 0
     intervention_steps: int = 0
+    dropped_camera_frames: int = 0
     end_reasons: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -41,14 +53,37 @@ class RecordSummary:
         )
 
 
-def features_of(env: SingleEnv) -> dict[str, tuple[int, ...]]:
-    """The vector features `record_episodes` writes for an env."""
+def features_of(env: SingleEnv, cameras: Mapping[str, Camera] | None = None) -> dict[str, tuple[int, ...]]:
+    """The vector features `record_episodes` writes for an env (and each camera's frame age)."""
     spec = env.spec
-    return {
+    features = {
         "observation.state": (spec.policy_obs.size,),
         "action": (spec.action.size,),
         "policy.action": (spec.action.size,),
     }
+    return features | {f"{IMAGE_PREFIX}{name}.age_s": (1,) for name in cameras or {}}
+
+
+def videos_of(cameras: Mapping[str, Any]) -> dict[str, tuple[int, int, int]]:
+    """The camera features (H, W, 3) for cameras whose colour intrinsics are known (started cameras)."""
+    return {
+        f"{IMAGE_PREFIX}{name}": (cam.color_intrinsics.height, cam.color_intrinsics.width, 3)
+        for name, cam in cameras.items()
+    }
+
+
+def _camera_columns(cameras: Mapping[str, Camera], max_age_periods: float) -> tuple[dict[str, Any], int]:
+    """This step's newest frame per camera, ``None`` (a dropped frame) when none is fresh, and its age."""
+    out: dict[str, Any] = {}
+    dropped = 0
+    for name, cam in cameras.items():
+        latest = cam.latest()
+        fresh = latest is not None and latest.age_s <= max_age_periods * cam.period_s
+        out[f"{IMAGE_PREFIX}{name}"] = latest.frame.color if fresh else None
+        age = latest.age_s if latest is not None else -1.0  # −1: no frame yet
+        out[f"{IMAGE_PREFIX}{name}.age_s"] = np.array([age], np.float32)
+        dropped += int(not fresh)
+    return out, dropped
 
 
 def record_episodes(
@@ -62,17 +97,24 @@ def record_episodes(
     policy_version: int = 0,
     reset_actor: Callable[[], None] | None = None,
     on_episode: Callable[[int, RecordSummary], None] | None = None,
+    cameras: Mapping[str, Camera] | None = None,
+    max_frame_age_periods: float = 2.0,
 ) -> RecordSummary:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed`` + 1, …) and save each as it ends.
 
     ``actor`` None: the person drives every step (the env's intervention arbiter must be engaged;
     otherwise the env holds). ``policy_version`` labels which policy acted (RL loops bump it).
+    ``cameras``: the newest frame of each is stored with the step it was seen at (read after the step, with the
+    observation), with its age; a camera with no frame younger than ``max_frame_age_periods`` periods gets a
+    dropped-frame mark instead of a stale image (``is_dropped.observation.images.<name>``).
     """
     summary = RecordSummary()
     task_text = task_text or env.spec.task
+    cameras = cameras or {}
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
         start_ns = time.time_ns()  # wall clock of the episode's t = 0: bags and logs line up with it
+        images, _ = _camera_columns(cameras, max_frame_age_periods)
         if reset_actor is not None:
             reset_actor()
         done, reason = False, ""
@@ -84,6 +126,7 @@ def record_episodes(
                     "observation.state": obs,
                     "action": info["action"],
                     "policy.action": np.nan_to_num(np.asarray(asked, dtype=np.float64), nan=0.0),
+                    **images,  # the images seen with ``obs``
                 },
                 reward=reward,
                 terminated=terminated,
@@ -93,6 +136,8 @@ def record_episodes(
                 policy_version=policy_version,
                 timestamp=info["timestamp"],
             )
+            images, dropped = _camera_columns(cameras, max_frame_age_periods)
+            summary.dropped_camera_frames += dropped
             summary.steps += 1
             summary.intervention_steps += int(info["is_intervention"])
             obs, done, reason = next_obs, terminated or truncated, info["reason"] or reason

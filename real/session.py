@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from real.env import Intervention, RealEnv, RealEnvConfig, ResetStep
-from real.record import Actor, RecordSummary, features_of, print_progress, record_episodes
+from real.record import Actor, RecordSummary, features_of, print_progress, record_episodes, videos_of
 from real.ros_arm import RosArm
 from real.tasks import ArmTask, arm_task
 from reflexlab.dataset import DatasetWriter
@@ -36,6 +36,7 @@ class RecordOptions:
     episode_time_s: float = 30.0
     seed: int = 0
     policy_version: int = 0
+    cameras: tuple[str, ...] = ()  # NAME=SOURCE: SOURCE a recording (.db3/.bag), serial:NUMBER, or "live"
 
 
 @contextmanager
@@ -114,6 +115,40 @@ def record_session(
         intervention.close()  # the device this session opened
 
 
+def parse_camera(spec: str) -> tuple[str, object]:
+    """``wrist=session.db3`` (playback, repeating), ``wrist=serial:123456`` or ``wrist=live`` → (name, config)."""
+    from real.cameras.realsense import RealSenseConfig
+
+    name, sep, source = spec.partition("=")
+    if not sep or not name or not source:
+        raise ValueError(f"--cameras {spec!r}: expected NAME=SOURCE (a recording file, serial:NUMBER or live)")
+    if source == "live":
+        return name, RealSenseConfig()
+    if source.startswith("serial:"):
+        return name, RealSenseConfig(serial=source.removeprefix("serial:"))
+    path = Path(source)
+    if not path.exists():
+        raise FileNotFoundError(f"--cameras {spec!r}: no recording at {path}")
+    return name, RealSenseConfig(playback_file=path, playback_repeat=True, width=0, height=0)
+
+
+@contextmanager
+def _cameras(specs: tuple[str, ...]) -> Iterator[dict[str, object]]:
+    from contextlib import ExitStack
+
+    from real.cameras.realsense import RealSenseCamera
+
+    with ExitStack() as stack:
+        cams = {}
+        for spec in specs:
+            name, config = parse_camera(spec)
+            cam = RealSenseCamera(config).start()  # type: ignore[arg-type]
+            stack.callback(cam.close)
+            cam.wait_for_frame()
+            cams[name] = cam
+        yield cams
+
+
 def _record(
     o: RecordOptions,
     task: ArmTask,
@@ -125,12 +160,19 @@ def _record(
 ) -> RecordSummary:
     if o.sim_as_real:  # the simulated robot lives on this host; never talk to the LAN
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    with _maybe_bridge(o), _arm() as arm:
+    with _maybe_bridge(o), _arm() as arm, _cameras(o.cameras) as cameras:
         arm.wait_for_state(timeout_s=30.0)
         env = RealEnv(arm, task, RealEnvConfig(episode_time_s=o.episode_time_s, reset=reset), intervention)
-        features = features_of(env)
         spec = task.spec
-        with DatasetWriter(o.out, fps=spec.control_rate_hz, robot_type=spec.robot, features=features, spec=spec) as w:
+        writer = DatasetWriter(
+            o.out,
+            fps=spec.control_rate_hz,
+            robot_type=spec.robot,
+            features=features_of(env, cameras),  # type: ignore[arg-type]
+            spec=spec,
+            videos=videos_of(cameras),
+        )
+        with writer as w:
             summary = record_episodes(
                 env,
                 w,
@@ -140,6 +182,7 @@ def _record(
                 policy_version=o.policy_version,
                 reset_actor=reset_actor,
                 on_episode=on_episode,
+                cameras=cameras,  # type: ignore[arg-type]
             )
         env.close()
     return summary

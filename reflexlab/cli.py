@@ -430,6 +430,7 @@ def record(
     episode_time_s: float = 30.0,
     seed: int = 0,
     policy_version: int = 0,
+    cameras: tuple[str, ...] = (),
 ) -> None:
     """Drive the robot (or the MuJoCo arm bridge, sim-as-real) and record every step, crash-safe.
 
@@ -448,6 +449,8 @@ def record(
         episode_time_s: time limit per episode.
         seed: first episode's seed (scene and expert; later episodes count up).
         policy_version: stored with every step (which policy acted).
+        cameras: RealSense cameras as NAME=SOURCE (a librealsense recording played back, serial:NUMBER, or live);
+            each step stores the newest frame (MP4, LeRobot video feature) and its age.
     """
     from real.session import RecordOptions, record_session
 
@@ -461,6 +464,7 @@ def record(
         episode_time_s=episode_time_s,
         seed=seed,
         policy_version=policy_version,
+        cameras=cameras,
     )
     summary = record_session(options, teleop)
     print(json.dumps({"out": str(out), **summary.__dict__}))

@@ -1,0 +1,80 @@
+"""The camera node over FastDDS: a subscriber in the same process receives images and CameraInfo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyrealsense2 as rs
+import pytest
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+from sensor_msgs.msg import CameraInfo, Image
+
+from deploy.ros.common import stamp_ns, wait_until
+from real.cameras.ros_node import CameraNode
+from tests.real.cameras.conftest import PACED
+
+
+def _node(path: Path, **params: object) -> CameraNode:
+    values = {
+        "playback_file": str(path),
+        "width": PACED.width,
+        "height": PACED.height,
+        "fps": PACED.fps,
+        "playback_repeat": True,  # keeps publishing however long discovery takes
+        **params,
+    }
+    return CameraNode(parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+class Viewer(Node):
+    def __init__(self) -> None:
+        super().__init__("viewer")
+        self.got: dict[str, list] = {"color": [], "depth": [], "color_info": [], "depth_info": []}
+        for key, kind, topic in (
+            ("color", Image, "/camera/color/image_raw"),
+            ("depth", Image, "/camera/aligned_depth_to_color/image_raw"),
+            ("color_info", CameraInfo, "/camera/color/camera_info"),
+            ("depth_info", CameraInfo, "/camera/aligned_depth_to_color/camera_info"),
+        ):
+            self.create_subscription(kind, topic, self.got[key].append, 10)
+
+
+def test_node_publishes_aligned_images_and_camera_info(ros: None, paced_recording: Path) -> None:
+    camera = _node(paced_recording)
+    viewer = Viewer()
+    try:
+        wait_until([camera, viewer], lambda: all(len(v) >= 3 for v in viewer.got.values()), "images and infos")
+    finally:
+        camera.destroy_node()
+    color, depth = viewer.got["color"][-1], viewer.got["depth"][-1]
+    assert (color.encoding, color.height, color.width, color.step) == (
+        "rgb8",
+        PACED.height,
+        PACED.width,
+        PACED.width * 3,
+    )
+    assert (depth.encoding, depth.step) == ("16UC1", PACED.width * 2)
+    assert color.header.frame_id == depth.header.frame_id == "camera_color_optical_frame"
+    # Same frame: one stamp for image, depth and info; stamps are capture times, increasing.
+    by_stamp = {stamp_ns(m.header.stamp): m for m in viewer.got["depth"]}
+    d = by_stamp[stamp_ns(color.header.stamp)]
+    rgb = np.frombuffer(color.data, np.uint8).reshape(PACED.height, PACED.width, 3)
+    mm = np.frombuffer(d.data, np.uint16).reshape(PACED.height, PACED.width)
+    n = int(rgb[0, 0, 2])  # the synthetic scene writes the frame number into blue
+    np.testing.assert_array_equal(rgb, PACED.color(n))
+    assert np.median(mm[PACED.color_foreground(n)]) == round(PACED.foreground_m * 1e3)
+    stamps = [stamp_ns(m.header.stamp) for m in viewer.got["color"]]
+    assert stamps == sorted(stamps)
+    info = viewer.got["color_info"][-1]
+    intr = PACED.intrinsics(rs.stream.color)
+    assert info.distortion_model == "plumb_bob" and list(info.d) == [0.0] * 5
+    np.testing.assert_allclose(info.k, [intr.fx, 0, intr.ppx, 0, intr.fy, intr.ppy, 0, 0, 1])
+    np.testing.assert_allclose(info.p, [intr.fx, 0, intr.ppx, 0, 0, intr.fy, intr.ppy, 0, 0, 0, 1, 0])
+    np.testing.assert_array_equal(viewer.got["depth_info"][-1].k, info.k)
+
+
+def test_node_refuses_a_missing_recording(ros: None, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        _node(tmp_path / "missing.db3")
