@@ -248,7 +248,7 @@ def inspect(model: tyro.conf.Positional[Path]) -> None:
 
 
 def bench(
-    what: tyro.conf.Positional[Literal["sim", "serve", "sim2sim", "distill"]],
+    what: tyro.conf.Positional[Literal["sim", "serve", "sim2sim", "distill", "camera", "franka"]],
     task: str = "quadruped-walk",
     num_envs: int = 256,
     steps: int = 200,
@@ -275,7 +275,10 @@ def bench(
 
     Args:
         what: sim (physics limit vs VecEnv with the policy in the loop), serve (policy node under a
-            cross-process JointState load at each rate), sim2sim (walk over ROS 2 vs in-process play).
+            cross-process JointState load at each rate), sim2sim (walk over ROS 2 vs in-process play),
+            distill (teacher vs one-step students), camera (frame age at the policy: a RealSense recording
+            played through librealsense's pipeline in real time), franka (the 1 kHz driver loop under a
+            20 Hz Cartesian target stream against franka-sim with enforcement on).
         task: registered task name (sim).
         num_envs: parallel robots (sim).
         steps: control steps per measurement (sim).
@@ -283,7 +286,8 @@ def bench(
         run_dir: trained run, exported to RUN_DIR/policy.onnx if needed (sim2sim).
         robot: robot config name or YAML path (serve).
         rates: state rates in Hz (serve).
-        seconds: measured seconds per rate (serve; default 60 s at 100 Hz, 20 s otherwise) or walk length (sim2sim).
+        seconds: measured seconds per rate (serve; default 60 s at 100 Hz, 20 s otherwise), walk length (sim2sim),
+            playback length (camera; default 10 s) or driven time (franka; default 30 s).
         quick: a CI-sized run of the same code path.
         json_only: print only the JSON line.
         out_dir: where the JSON and plots are written.
@@ -324,6 +328,14 @@ def bench(
             table=not json_only,
             out_dir=out_dir,
         )
+    elif what == "camera":
+        from real.cameras.bench import bench_camera
+
+        metrics = bench_camera(quick=quick, seconds=seconds, table=not json_only, out_dir=out_dir)
+    elif what == "franka":
+        from real.franka.bench import run_bench_franka
+
+        metrics = run_bench_franka(seconds=seconds, quick=quick, table=not json_only, out_dir=out_dir)
     elif what == "sim":
         from policies.bench_sim import bench_sim
 

@@ -237,3 +237,33 @@ def test_record_node_runs_from_ros_parameters(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     ds = load_dataset(tmp_path / "ds")
     assert ds.num_episodes == 1 and ds.episode_meta(0)["length"] == 10
+
+
+def test_record_with_a_camera_stores_frames_and_their_age(arm: RosArm, tmp_path: Path) -> None:
+    """A RealSense recording played through librealsense's pipeline as the scene camera: one video frame per step."""
+    from real.cameras.realsense import RealSenseCamera, RealSenseConfig
+    from real.cameras.synthetic import SyntheticScene, write_recording
+    from real.record import videos_of
+
+    recording = write_recording(tmp_path / "cam.db3", SyntheticScene(width=64, height=48, frames=45), paced=True)
+    env = make_env(arm, episode_time_s=1.5)
+    act, reset = arm_task(TASK).expert(0)
+    config = RealSenseConfig(playback_file=recording, playback_repeat=True, width=0, height=0)
+    with RealSenseCamera(config) as cam:
+        cam.start()
+        cam.wait_for_frame()
+        cameras = {"scene": cam}
+        features = features_of(env, cameras)
+        with DatasetWriter(
+            tmp_path / "ds", fps=10, robot_type="franka-panda", features=features, spec=env.spec,
+            videos=videos_of(cameras),
+        ) as w:  # fmt: skip
+            summary = record_episodes(env, w, act, 1, seed=0, reset_actor=reset, cameras=cameras)
+    ds = load_dataset(tmp_path / "ds")
+    ep = ds.episode(0)
+    frames = list(ds.video_frames(0, "observation.images.scene"))
+    assert len(frames) == len(ep["action"]) == 15 and frames[0].shape == (48, 64, 3)
+    ages = ep["observation.images.scene.age_s"][:, 0]
+    fresh = ~ep["is_dropped.observation.images.scene"]
+    assert np.all(ages[fresh] <= 2 / 30 + 1e-3) and fresh.sum() >= 13, (ages, summary)
+    assert summary.dropped_camera_frames == int((~fresh).sum())
