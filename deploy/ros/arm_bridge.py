@@ -15,12 +15,10 @@ Run it as ``reflexlab sim-bridge --task panda-push-t`` or ``ros2 run reflexlab a
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Any
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
@@ -28,7 +26,7 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Int64
 
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
-from deploy.ros.common import run_node, spin, state_qos
+from deploy.ros.common import node_main, run_node, state_qos
 from real.ros_arm import ArmTopics
 from sim.tasks.panda_push_t.realtime import RealtimePushT
 
@@ -169,8 +167,14 @@ def _set_pose(msg: PoseStamped, position: np.ndarray, quat_wxyz: np.ndarray) -> 
     q.w, q.x, q.y, q.z = (float(v) for v in quat_wxyz)
 
 
-def run(task: str = "panda-push-t", seed: int = 0, publish_rate_hz: float = 100.0, tracker_rate_hz: float = 30.0,
-        command_timeout_s: float = 0.5, seconds: float | None = None) -> dict:
+def run(
+    task: str = "panda-push-t",
+    seed: int = 0,
+    publish_rate_hz: float = 100.0,
+    tracker_rate_hz: float = 30.0,
+    command_timeout_s: float = 0.5,
+    seconds: float | None = None,
+) -> dict:
     """Run until Ctrl-C (or ``seconds``); returns the final diagnostics. `reflexlab sim-bridge` calls this."""
     parameters = {
         "task": task,
@@ -184,14 +188,7 @@ def run(task: str = "panda-push-t", seed: int = 0, publish_rate_hz: float = 100.
 
 def main(argv: list[str] | None = None) -> None:
     """``ros2 run reflexlab arm_bridge --ros-args -p task:=panda-push-t``"""
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = ArmBridge()
-    try:
-        spin([node])
-        print(node.diagnostics())
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    node_main(ArmBridge, argv)
 
 
 if __name__ == "__main__":

@@ -164,3 +164,15 @@ def run_node(
     finally:
         node.destroy_node()
         rclpy.try_shutdown()
+
+
+def node_main(factory: Callable[[], Node], argv: list[str] | None = None) -> None:
+    """``ros2 run`` entry point of a node with ``diagnostics()``: spin until Ctrl-C, then print them."""
+    rclpy.init(args=argv if argv is not None else sys.argv)
+    node = factory()
+    try:
+        spin([node])
+        print(node.diagnostics())  # type: ignore[attr-defined]
+    finally:
+        node.destroy_node()
+        rclpy.try_shutdown()

@@ -12,7 +12,6 @@ Run it as ``reflexlab sim-bridge --task quadruped-walk`` or ``ros2 run reflexlab
 from __future__ import annotations
 
 import math
-import sys
 import time
 from typing import Any
 
@@ -25,7 +24,7 @@ from sensor_msgs.msg import Imu, JointState
 
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from deploy.robot import RobotConfig
-from deploy.ros.common import command_msg_type, read_command, run_node, spin, state_qos
+from deploy.ros.common import command_msg_type, node_main, read_command, run_node, state_qos
 from deploy.sim_robot import SimRobot
 
 PARAMETERS: dict[str, object] = {
@@ -215,14 +214,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> None:
     """``ros2 run reflexlab sim_bridge --ros-args -p task:=quadruped-walk``"""
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = SimBridge()
-    try:
-        spin([node])
-        print(node.diagnostics())
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    node_main(SimBridge, argv)
 
 
 if __name__ == "__main__":
