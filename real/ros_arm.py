@@ -31,9 +31,9 @@ class StaleStateError(RuntimeError):
 class ArmTopics:
     """Topic names shared by the arm drivers (real and simulated) and the env."""
 
-    joint_states: str = "/arm/joint_states"  # sensor_msgs/JointState
-    ee_pose: str = "/arm/ee_pose"  # geometry_msgs/PoseStamped, base frame
-    ee_target: str = "/arm/ee_target"  # geometry_msgs/PoseStamped, base frame
+    joint_states: str = "/joint_states"  # sensor_msgs/JointState
+    ee_pose: str = "/franka/ee_pose"  # geometry_msgs/PoseStamped, base frame
+    ee_target: str = "/franka/ee_command"  # geometry_msgs/PoseStamped, base frame
     # Tracked objects (name -> geometry_msgs/PoseStamped topic): a motion-capture or camera tracker on the
     # robot, the simulator's ground truth in sim-as-real.
     objects: Mapping[str, str] = field(default_factory=lambda: {"block": "/tracker/block_pose"})
@@ -88,13 +88,15 @@ class RosArm:
         self._context = Context()
         rclpy.init(context=self._context, domain_id=domain_id)
         self._node = rclpy.create_node(node_name, context=self._context)
-        qos = state_qos(best_effort=False)
+        # Best-effort subscriptions match reliable and best-effort publishers alike (franka_node publishes
+        # best-effort, as a 1 kHz robot should); targets go out reliable, which best-effort subscribers accept.
+        qos = state_qos(best_effort=True)
         self._node.create_subscription(JointState, t.joint_states, self._store(t.joint_states), qos)
         self._node.create_subscription(PoseStamped, t.ee_pose, self._store(t.ee_pose), qos)
         for topic in t.objects.values():
             self._node.create_subscription(PoseStamped, topic, self._store(topic), qos)
         self._node.create_subscription(Int64, t.sim_reset_done, self._on_reset_done, 10)
-        self._target_pub = self._node.create_publisher(PoseStamped, t.ee_target, qos)
+        self._target_pub = self._node.create_publisher(PoseStamped, t.ee_target, state_qos(best_effort=False))
         self._reset_pub = self._node.create_publisher(Int64, t.sim_reset, 10)
         self._target = PoseStamped()
         self._target.header.frame_id = "base"

@@ -59,6 +59,7 @@ def declared() -> dict[str, dict[str, type]]:
     from deploy.ros.policy_node import PolicyNode
     from deploy.ros.sim_bridge import SimBridge
     from real.cameras.ros_node import PARAMETERS as CAMERA_PARAMETERS
+    from real.franka.ros_node import PARAMETERS as FRANKA_PARAMETERS
     from real.record_node import RecordNode
 
     rclpy.init()
@@ -70,7 +71,10 @@ def declared() -> dict[str, dict[str, type]]:
             ("record_node", RecordNode),
         )
         # Hardware nodes open their device in __init__; they declare exactly their PARAMETERS table.
-        out = {"camera_node": {name: type(value) for name, value in CAMERA_PARAMETERS.items()}}
+        out = {
+            exe: {name: type(value) for name, value in table.items()}
+            for exe, table in (("camera_node", CAMERA_PARAMETERS), ("franka_node", FRANKA_PARAMETERS))
+        }
         for exe, cls in nodes:
             node = cls()
             out[exe] = declared_parameters(node)
@@ -84,10 +88,11 @@ def test_colcon_installs_index_marker_executables_and_share_files(workspace: Pat
     share = Path(share_dir(PACKAGE))
     assert share == workspace / "share" / PACKAGE
     files = ("package.xml", "launch/serve.launch.xml", "launch/sim.launch.xml", "launch/sim_robot.launch.xml",
-             "config/robots/quadruped.yaml", "config/teleop/gamepad.yaml")  # fmt: skip
+             "launch/robot.launch.xml", "config/robots/quadruped.yaml", "config/robots/franka.yaml",
+             "config/teleop/gamepad.yaml")  # fmt: skip
     for f in files:
         assert (share / f).is_file(), f
-    for exe in ("policy_node", "sim_bridge", "arm_bridge", "record_node", "camera_node"):
+    for exe in ("policy_node", "sim_bridge", "arm_bridge", "record_node", "camera_node", "franka_node"):
         assert os.access(workspace / "lib" / PACKAGE / exe, os.X_OK), exe
 
 
