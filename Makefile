@@ -35,7 +35,8 @@ demo-quick: setup
 
 test: setup
 	$(BIN)/ruff check .
-	$(BIN)/pytest -n 2 -q
+	$(BIN)/pytest -n 2 -q -m "not slow and not realtime"
+	$(BIN)/pytest -q -m "realtime and not slow"
 
 test-slow: setup
 	$(BIN)/pytest -q -m slow

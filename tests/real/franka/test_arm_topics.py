@@ -11,6 +11,7 @@ import numpy as np
 from deploy.ros.common import spin
 from real.franka.ros_node import FrankaNode
 from real.ros_arm import ArmTopics, RosArm
+from tests.real.franka.conftest import only_recovered_stall_reflexes
 
 
 def test_ros_arm_moves_franka_sim_through_franka_node(make_driver, ros) -> None:
@@ -23,7 +24,7 @@ def test_ros_arm_moves_franka_sim_through_franka_node(make_driver, ros) -> None:
             start = arm.wait_for_state(timeout_s=15.0)
             assert start.joint_pos.shape == (7,)
             goal = start.ee_pos + np.array([0.04, -0.03, 0.0])  # 4 cm forward, 3 cm right, in the base frame
-            deadline = time.monotonic() + 8.0
+            deadline = time.monotonic() + 15.0
             while time.monotonic() < deadline:
                 arm.send_ee_target(goal, start.ee_quat)  # a 20 Hz policy
                 time.sleep(0.05)
@@ -36,4 +37,4 @@ def test_ros_arm_moves_franka_sim_through_franka_node(make_driver, ros) -> None:
         spinner.join()
         d = node.diagnostics()
         node.destroy_node()
-    assert d["reflexes"] == 0 and d["ros_targets"] > 0, d
+    assert only_recovered_stall_reflexes(d) and d["ros_targets"] > 0, d

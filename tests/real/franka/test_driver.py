@@ -14,6 +14,7 @@ import pytest
 from real.franka import netns
 from real.franka.driver import FrankaUnreachableError, FrankaVersionError, connect
 from real.franka.sim_server import FCI_PORT
+from tests.real.franka.conftest import only_recovered_stall_reflexes
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
@@ -69,7 +70,7 @@ def test_lost_stream_holds_position(make_driver) -> None:
     drift_rad, drift_mm = np.abs(st.q - held_q).max(), 1e3 * np.linalg.norm(st.position - held_p)
     print(f"hold drift over 1.5 s: {drift_rad * 1e3:.2f} mrad, EE {drift_mm:.2f} mm")
     assert drift_rad < 0.005 and drift_mm < 2.0
-    assert driver.stats()["timeouts"] == 1 and driver.stats()["reflexes"] == 0
+    assert driver.stats()["timeouts"] == 1 and only_recovered_stall_reflexes(driver.stats()), driver.stats()
     driver.set_joint_target(held_q)  # a resumed stream is followed again
     assert not driver.state().holding or wait_for(lambda: not driver.state().holding, 0.1, "resume") < 0.1
 
@@ -86,7 +87,7 @@ def test_workspace_box_clips_ee_targets(make_driver) -> None:
     p = driver.state().position
     assert p[0] == pytest.approx(box_max[0], abs=0.02), "stopped at the box face, not at the target"
     s = driver.stats()
-    assert s["workspace_clips"] >= 40 and s["reflexes"] == 0
+    assert s["workspace_clips"] >= 40 and only_recovered_stall_reflexes(s), s
     with pytest.raises(ValueError, match="set_joint_target needs mode 'joint_impedance'"):
         driver.set_joint_target(st.q)
 

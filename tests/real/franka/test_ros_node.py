@@ -14,6 +14,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 from deploy.ros.common import state_qos, wait_until
 from real.franka.constants import JOINT_NAMES
 from real.franka.ros_node import FrankaNode
+from tests.real.franka.conftest import only_recovered_stall_reflexes
 
 
 def _every(period_s: float) -> Callable[[], bool]:
@@ -65,10 +66,7 @@ def test_node_publishes_state_and_follows_targets(make_driver, ros) -> None:
         wait_until([node, peer], lambda: node.counts["rejected"] >= 1, "the rejection", 5)
         d = node.diagnostics()
         assert d["ros_targets"] >= 2 and d["ros_published"] > 0, d
-        # Beside a busy test worker (rclpy executor in this process, xdist neighbours) the client can stall
-        # ≥ 20 ms, which a real FR3 answers with this reflex too; it must have been recovered. Nothing else.
-        assert d["reflex_kinds"] in ("", "communication_constraints_violation"), d
-        assert d["recoveries"] == d["reflexes"], d
+        assert only_recovered_stall_reflexes(d), d
     finally:
         peer.destroy_node()
         node.destroy_node()
