@@ -15,10 +15,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from real.env import Intervention, RealEnv, RealEnvConfig, ResetStep
+from real.env import Detector, Intervention, RealEnv, RealEnvConfig, ResetStep
 from real.record import Actor, RecordSummary, features_of, print_progress, record_episodes, videos_of
 from real.ros_arm import RosArm
 from real.tasks import ArmTask, arm_task
+from real.teleop_link import ArmIntervention
 from reflexlab.dataset import DatasetWriter
 
 
@@ -115,6 +116,16 @@ def record_session(
         intervention.close()  # the device this session opened
 
 
+def default_detectors(task: ArmTask, intervention: Intervention | None) -> tuple[Detector, ...]:
+    """Objects leaving their box fail the episode; with a teleop device, its success/failure buttons mark it."""
+    from real.detectors import ButtonDetector, ObjectOutOfBounds
+
+    detectors: list[Detector] = [ObjectOutOfBounds(n, lo, hi) for n, (lo, hi) in task.failure_boxes().items()]
+    if isinstance(intervention, ArmIntervention):
+        detectors.append(ButtonDetector(intervention))
+    return tuple(detectors)
+
+
 def parse_camera(spec: str) -> tuple[str, object]:
     """``wrist=session.db3`` (playback, repeating), ``wrist=serial:123456`` or ``wrist=live`` → (name, config)."""
     from real.cameras.realsense import RealSenseConfig
@@ -162,7 +173,13 @@ def _record(
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     with _maybe_bridge(o), _arm() as arm, _cameras(o.cameras) as cameras:
         arm.wait_for_state(timeout_s=30.0)
-        env = RealEnv(arm, task, RealEnvConfig(episode_time_s=o.episode_time_s, reset=reset), intervention)
+        env = RealEnv(
+            arm,
+            task,
+            RealEnvConfig(episode_time_s=o.episode_time_s, reset=reset),
+            intervention,
+            detectors=default_detectors(task, intervention),
+        )
         spec = task.spec
         writer = DatasetWriter(
             o.out,

@@ -52,6 +52,10 @@ class ArmTask(Protocol):
         """The task's scripted expert as (act on a policy observation, reset); for sim-as-real sessions."""
         ...
 
+    def failure_boxes(self) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        """Tracked object → (low, high) box in the base frame; leaving it fails the episode."""
+        ...
+
 
 @dataclass
 class PushTTask:
@@ -106,6 +110,11 @@ class PushTTask:
             return expert.act(obs[:2], np.array([obs[2], obs[3], np.arctan2(obs[5], obs[4])])).target
 
         return act, expert.reset
+
+    def failure_boxes(self) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        low, high = self.spec.action.lower, self.spec.action.upper
+        margin = 0.05  # the block may overhang the pusher's workspace a little; further is off the table
+        return {"block": ((low[0] - margin, low[1] - margin, -0.05), (high[0] + margin, high[1] + margin, 0.10))}
 
     @staticmethod
     def _block_pose(state: ArmState) -> np.ndarray:

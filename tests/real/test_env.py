@@ -267,3 +267,43 @@ def test_record_with_a_camera_stores_frames_and_their_age(arm: RosArm, tmp_path:
     fresh = ~ep["is_dropped.observation.images.scene"]
     assert np.all(ages[fresh] <= 2 / 30 + 1e-3) and fresh.sum() >= 13, (ages, summary)
     assert summary.dropped_camera_frames == int((~fresh).sum())
+
+
+def test_operator_buttons_end_the_episode_as_success_or_failure(arm: RosArm, pad) -> None:
+    """HIL-SERL style: the person marks the outcome on the pad (Y success, B failure); the env ends the episode."""
+    from real.detectors import ButtonDetector
+    from real.teleop_link import make_intervention
+
+    task = arm_task(TASK)
+    intervention = make_intervention("gamepad", task, dt=0.1)
+    env = RealEnv(
+        arm, task, RealEnvConfig(episode_time_s=5.0, reset=("sim",)), intervention, (ButtonDetector(intervention),)
+    )
+    try:
+        for button, success in ((3, True), (1, False)):
+            obs, _ = env.reset(seed=6)
+            _, _, terminated, _, info = env.step(obs[:2])
+            assert not terminated
+            pad.set_button(button, True)
+            _, _, terminated, truncated, info = env.step(obs[:2])
+            pad.set_button(button, False)
+            assert terminated and not truncated and info["success"] is success, info
+            assert ("success" if success else "failure") + " marked by the operator" in info["reason"]
+    finally:
+        intervention.close()
+
+
+def test_object_leaving_its_box_is_a_failure() -> None:
+    from real.detectors import ObjectOutOfBounds
+    from real.ros_arm import ArmState
+
+    (name, (low, high)), = arm_task(TASK).failure_boxes().items()
+    detect = ObjectOutOfBounds(name, low, high)
+
+    def state(x: float) -> ArmState:
+        block = np.array([x, 0.0, 0.015, 1.0, 0.0, 0.0, 0.0])
+        return ArmState(np.zeros(7), np.zeros(7), np.zeros(3), np.array([0, 1.0, 0, 0]), {name: block}, {})
+
+    assert detect(state(0.5), np.zeros(6)) == (False, False, "")
+    success, failure, reason = detect(state(0.9), np.zeros(6))
+    assert failure and not success and "block left its box (0.900" in reason
