@@ -297,7 +297,7 @@ def test_object_leaving_its_box_is_a_failure() -> None:
     from real.detectors import ObjectOutOfBounds
     from real.ros_arm import ArmState
 
-    (name, (low, high)), = arm_task(TASK).failure_boxes().items()
+    ((name, (low, high)),) = arm_task(TASK).failure_boxes().items()
     detect = ObjectOutOfBounds(name, low, high)
 
     def state(x: float) -> ArmState:
