@@ -70,7 +70,8 @@ class RealEnvConfig:
             ``human`` holds the arm and waits for a person (``prompt``), ``sim`` asks the simulator to
             reset its scene (sim-as-real's stand-in for the person).
         max_state_age_s: older arm/tracker state ends the episode (the driver holds the arm).
-        home_tolerance_m: the scripted reset is done when the end effector is this close to home.
+        home_tolerance_m: a scripted reset waypoint is reached when the end effector is this close to it.
+        reset_speed_m_s: end-effector speed along the scripted reset path.
         reset_timeout_s: a scripted reset that has not arrived by then fails, naming the distance left.
     """
 
@@ -78,6 +79,7 @@ class RealEnvConfig:
     reset: tuple[ResetStep, ...] = ("scripted", "human")
     max_state_age_s: float = 0.25
     home_tolerance_m: float = 0.01
+    reset_speed_m_s: float = 0.15
     reset_timeout_s: float = 10.0
     prompt: str = "Reset the scene, then press Enter to start the episode."
 
@@ -272,23 +274,25 @@ class RealEnv:
         self._episode_open = False
 
     def _go_home(self) -> None:
-        home = self.task.home_action()
-        position, _ = self.task.ee_target(home)
-        deadline = time.monotonic() + self.config.reset_timeout_s
+        """Drive the end effector along the task's reset path (e.g. up, over, down), waypoint by waypoint."""
         state = self.arm.wait_for_state()
-        current = self.task.hold_action(state)
-        while True:  # walk the target to home at the Spec's rate limit, as a policy would have to
-            delta = home - current
-            dist = float(np.linalg.norm(delta))
-            current = home if dist <= self._max_move else current + delta * (self._max_move / dist)
-            self.arm.send_ee_target(*self.task.ee_target(current))
-            time.sleep(self.period)
-            state = self.arm.state()
-            left = float(np.linalg.norm(state.ee_pos - position))
-            if left <= self.config.home_tolerance_m:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"scripted reset: the end effector is still {left * 1e3:.0f} mm from home {position.tolist()} "
-                    f"after {self.config.reset_timeout_s:g} s (blocked, or the driver is holding?)"
-                )
+        _, quat = self.task.ee_target(self.task.home_action())
+        target = state.ee_pos.copy()
+        step = self.config.reset_speed_m_s * self.period
+        deadline = time.monotonic() + self.config.reset_timeout_s
+        for waypoint in self.task.reset_path(state):
+            while True:
+                delta = waypoint - target
+                dist = float(np.linalg.norm(delta))
+                target = waypoint.copy() if dist <= step else target + delta * (step / dist)
+                self.arm.send_ee_target(target, quat)
+                time.sleep(self.period)
+                left = float(np.linalg.norm(self.arm.state().ee_pos - waypoint))
+                if dist <= step and left <= self.config.home_tolerance_m:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"scripted reset: the end effector is still {left * 1e3:.0f} mm from waypoint "
+                        f"{waypoint.round(3).tolist()} after {self.config.reset_timeout_s:g} s "
+                        "(blocked, or the driver is holding?)"
+                    )

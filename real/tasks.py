@@ -36,6 +36,10 @@ class ArmTask(Protocol):
         """The scripted reset pose, as an action."""
         ...
 
+    def reset_path(self, state: ArmState) -> list[np.ndarray]:
+        """End-effector waypoints (base frame) from ``state`` to the home pose that disturb nothing on the way."""
+        ...
+
     def ee_action(self, position: np.ndarray) -> np.ndarray:
         """The action that sends the end effector to ``position`` (base frame; what teleop integrates)."""
         ...
@@ -64,6 +68,7 @@ class PushTTask:
     spec: Spec
     tip_height: float
     tip_quat: np.ndarray  # (4,) pusher pointing down
+    reset_lift: float = 0.06  # m: the block is 30 mm tall
 
     @classmethod
     def create(cls) -> PushTTask:
@@ -85,6 +90,16 @@ class PushTTask:
 
     def ee_action(self, position: np.ndarray) -> np.ndarray:
         return np.asarray(position, dtype=np.float64)[:2].copy()  # the tip stays at its pushing height
+
+    def reset_path(self, state: ArmState) -> list[np.ndarray]:
+        """Up clear of the block, over to home, down: a straight line at pushing height would push the block."""
+        home = self.home_action()
+        up = self.tip_height + self.reset_lift
+        return [
+            np.array([state.ee_pos[0], state.ee_pos[1], up]),
+            np.array([home[0], home[1], up]),
+            np.array([home[0], home[1], self.tip_height]),
+        ]
 
     def clip_ee(self, position: np.ndarray) -> np.ndarray:
         low, high = self.spec.action.lower, self.spec.action.upper

@@ -84,9 +84,9 @@ class ArmBridge(Node):
         self._t_start = time.monotonic()
 
     def _on_target(self, msg: PoseStamped) -> None:
-        xy = np.array([msg.pose.position.x, msg.pose.position.y])
+        xyz = np.array([msg.pose.position.x, msg.pose.position.y, msg.pose.position.z])
         try:
-            self.sim.set_tip_target(xy)
+            self.sim.set_tip_target(xyz)
         except ValueError as e:
             self.rejected += 1
             self.get_logger().warning(f"rejected target: {e}", throttle_duration_sec=1.0)

@@ -323,3 +323,19 @@ def test_scripted_and_human_resets(arm: RosArm) -> None:
     home = task.home_action()
     assert np.linalg.norm(obs[:2] - home) < env.config.home_tolerance_m + 2e-3, (obs[:2], home)
     assert prompts == ["reset the block, then Enter"]
+
+
+def test_scripted_reset_goes_over_the_block_not_through_it(arm: RosArm) -> None:
+    task = arm_task(TASK)
+    env = RealEnv(arm, task, RealEnvConfig(episode_time_s=1.0, reset=("sim",)))
+    for seed in range(20):  # a scene whose pusher starts on the far side of the block from home
+        obs, _ = env.reset(seed=seed)
+        tip, block = obs[:2], obs[2:4]
+        if tip[0] > block[0] + 0.08 and abs(tip[1] - block[1]) < 0.05:
+            break
+    else:
+        pytest.skip("no seed in 0..19 puts the block between the pusher and home")
+    env.config = RealEnvConfig(episode_time_s=1.0, reset=("scripted",))
+    obs2, _ = env.reset(seed=seed)
+    np.testing.assert_allclose(obs2[:2], task.home_action(), atol=0.012)
+    np.testing.assert_allclose(obs2[2:], obs[2:], atol=2e-3)  # the block did not move

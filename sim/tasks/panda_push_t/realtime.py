@@ -6,7 +6,9 @@ last, at whatever rate targets come. This class is that robot. The tip reference
 the newest target at most ``MAX_PUSHER_SPEED`` (the same limit as training); the IK is solved
 every ``IK_EVERY`` physics steps — 50 Hz, as training's five waypoints per 10 Hz step — and the
 joint servo targets are interpolated between solutions, so the arm moves exactly as it did in
-training when targets arrive at 10 Hz, and smoothly when they arrive at any other rate.
+training when targets arrive at 10 Hz, and smoothly when they arrive at any other rate. Unlike
+training, a target may also lift the tip (up to ``MAX_LIFT`` above the pushing height): a scripted
+reset must be able to go over the block rather than through it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sim.tasks.panda_push_t import geometry as G
 from sim.tasks.panda_push_t.env import PushTEnv
 
 IK_EVERY = C.DECIMATION // C.IK_WAYPOINTS
+MAX_LIFT = 0.15  # m above the pushing height
 
 
 @dataclass(frozen=True)
@@ -46,27 +49,28 @@ class RealtimePushT:
         self.ik = self._env.ik
         self.dt = float(self.model.opt.timestep)
         self.joint_names = C.JOINT_NAMES
-        self._low, self._high = np.array(C.WORKSPACE_LOW), np.array(C.WORKSPACE_HIGH)
+        self._low = np.array([*C.WORKSPACE_LOW, C.PUSHER_HEIGHT])
+        self._high = np.array([*C.WORKSPACE_HIGH, C.PUSHER_HEIGHT + MAX_LIFT])
         self.reset(seed)
 
     def reset(self, seed: int) -> None:
         """Place block and pusher as `PushTEnv.reset` does for ``seed`` (same seed, same scene)."""
         self._env.reset([seed])
         scene = self._env.scenes[0]
-        self._reference = scene.tip_target.copy()  # where the tip is being driven now
-        self._target = scene.tip_target.copy()  # the newest commanded tip position
+        self._reference = np.array([*scene.tip_target, C.PUSHER_HEIGHT])  # where the tip is being driven now
+        self._target = self._reference.copy()  # the newest commanded tip position
         self._q_from = self._q_to = scene.q_target.copy()
         self.steps = 0
         self.time = 0.0
         self.clipped_targets = 0
 
-    def set_tip_target(self, xy: np.ndarray) -> None:
-        """Newest pusher target (x, y); clipped into the workspace as the deploy safety filter would."""
-        xy = np.asarray(xy, dtype=np.float64).reshape(2)
-        if not np.isfinite(xy).all():
-            raise ValueError(f"non-finite pusher target {xy.tolist()}")
-        clipped = np.clip(xy, self._low, self._high)
-        self.clipped_targets += int(not np.array_equal(clipped, xy))
+    def set_tip_target(self, xyz: np.ndarray) -> None:
+        """Newest pusher tip target (x, y, z); clipped into the workspace (z: pushing height … + ``MAX_LIFT``)."""
+        xyz = np.asarray(xyz, dtype=np.float64).reshape(3)
+        if not np.isfinite(xyz).all():
+            raise ValueError(f"non-finite pusher target {xyz.tolist()}")
+        clipped = np.clip(xyz, self._low, self._high)
+        self.clipped_targets += int(not np.array_equal(clipped, xyz))
         self._target = clipped
 
     def hold(self) -> None:
@@ -83,7 +87,7 @@ class RealtimePushT:
                 delta *= max_move / dist
             self._reference = self._reference + delta
             self._q_from = self._q_to
-            self._q_to = self.ik.solve(self._q_from, np.array([*self._reference, C.PUSHER_HEIGHT]))
+            self._q_to = self.ik.solve(self._q_from, self._reference)
         self.data.ctrl[:] = self._q_from + (self._q_to - self._q_from) * ((k + 1) / IK_EVERY)
         mujoco.mj_step(self.model, self.data)
         self.steps += 1
