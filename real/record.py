@@ -64,12 +64,15 @@ def features_of(env: SingleEnv, cameras: Mapping[str, Camera] | None = None) -> 
     return features | {f"{IMAGE_PREFIX}{name}.age_s": (1,) for name in cameras or {}}
 
 
-def videos_of(cameras: Mapping[str, Any]) -> dict[str, tuple[int, int, int]]:
-    """The camera features (H, W, 3) for cameras whose colour intrinsics are known (started cameras)."""
-    return {
-        f"{IMAGE_PREFIX}{name}": (cam.color_intrinsics.height, cam.color_intrinsics.width, 3)
-        for name, cam in cameras.items()
-    }
+def videos_of(cameras: Mapping[str, Camera]) -> dict[str, tuple[int, int, int]]:
+    """The camera features (H, W, 3), from each camera's newest frame (start cameras and wait for a frame first)."""
+    shapes = {}
+    for name, cam in cameras.items():
+        latest = cam.latest()
+        if latest is None:
+            raise RuntimeError(f"camera {name!r} has delivered no frame yet: its image size is unknown")
+        shapes[f"{IMAGE_PREFIX}{name}"] = tuple(latest.frame.color.shape)
+    return shapes  # type: ignore[return-value]
 
 
 def _camera_columns(cameras: Mapping[str, Camera], max_age_periods: float) -> tuple[dict[str, Any], int]:

@@ -27,6 +27,8 @@ PARAMETERS: dict[str, object] = {
     "episode_time_s": 30.0,
     "seed": 0,
     "policy_version": 0,
+    # NAME=SOURCE[,NAME=SOURCE…] (see `reflexlab record --cameras`), or none
+    "cameras": "none",
 }
 
 
@@ -61,6 +63,7 @@ def main(argv: list[str] | None = None) -> None:
         episode_time_s=float(p["episode_time_s"]),
         seed=int(p["seed"]),
         policy_version=int(p["policy_version"]),
+        cameras=() if p["cameras"] in ("", "none") else tuple(str(p["cameras"]).split(",")),
     )
     teleop = str(p["teleop"])
     record_session(options, None if teleop in ("", "none") else teleop)

@@ -37,7 +37,7 @@ class RecordOptions:
     episode_time_s: float = 30.0
     seed: int = 0
     policy_version: int = 0
-    cameras: tuple[str, ...] = ()  # NAME=SOURCE: SOURCE a recording (.db3/.bag), serial:NUMBER, or "live"
+    cameras: tuple[str, ...] = ()  # NAME=SOURCE: ros:TOPIC, a RealSense recording (.db3), serial:NUMBER or live
 
 
 @contextmanager
@@ -127,12 +127,17 @@ def default_detectors(task: ArmTask, intervention: Intervention | None) -> tuple
 
 
 def parse_camera(spec: str) -> tuple[str, object]:
-    """``wrist=session.db3`` (playback, repeating), ``wrist=serial:123456`` or ``wrist=live`` → (name, config)."""
+    """``scene=ros:/camera/color/image_raw`` (a ROS image topic), ``wrist=session.db3`` (RealSense playback,
+    repeating), ``wrist=serial:123456`` or ``wrist=live`` (a RealSense opened here) → (name, source)."""
     from real.cameras.realsense import RealSenseConfig
 
     name, sep, source = spec.partition("=")
     if not sep or not name or not source:
-        raise ValueError(f"--cameras {spec!r}: expected NAME=SOURCE (a recording file, serial:NUMBER or live)")
+        raise ValueError(
+            f"--cameras {spec!r}: expected NAME=SOURCE (ros:TOPIC, a recording file, serial:NUMBER or live)"
+        )
+    if source.startswith("ros:"):
+        return name, source.removeprefix("ros:")
     if source == "live":
         return name, RealSenseConfig()
     if source.startswith("serial:"):
@@ -152,8 +157,13 @@ def _cameras(specs: tuple[str, ...]) -> Iterator[dict[str, object]]:
     with ExitStack() as stack:
         cams = {}
         for spec in specs:
-            name, config = parse_camera(spec)
-            cam = RealSenseCamera(config).start()  # type: ignore[arg-type]
+            name, source = parse_camera(spec)
+            if isinstance(source, str):
+                from real.ros_camera import RosImageCamera
+
+                cam = RosImageCamera(source)
+            else:
+                cam = RealSenseCamera(source).start()  # type: ignore[arg-type]
             stack.callback(cam.close)
             cam.wait_for_frame()
             cams[name] = cam

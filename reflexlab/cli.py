@@ -461,8 +461,10 @@ def record(
         episode_time_s: time limit per episode.
         seed: first episode's seed (scene and expert; later episodes count up).
         policy_version: stored with every step (which policy acted).
-        cameras: RealSense cameras as NAME=SOURCE (a librealsense recording played back, serial:NUMBER, or live);
-            each step stores the newest frame (MP4, LeRobot video feature) and its age.
+        cameras: cameras as NAME=SOURCE: ros:TOPIC (a sensor_msgs/Image topic: camera_node on the robot, the
+            arm bridge's rendered scene in sim-as-real: scene=ros:/camera/color/image_raw), or a RealSense opened
+            here (a .db3 recording played back, serial:NUMBER, live). Each step stores the newest frame (MP4,
+            LeRobot video feature) and its age.
     """
     from real.session import RecordOptions, record_session
 

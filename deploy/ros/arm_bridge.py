@@ -3,7 +3,8 @@
 Sim-as-real for the arm tasks: the real-robot `Env` (`real.env`), `reflexlab record` and every
 real-world RL loop talk to this node exactly as they talk to `franka_node` on the robot
 (`real.ros_arm.ArmTopics`): joint states and the end-effector pose at ``publish_rate_hz``,
-tracked object poses at ``tracker_rate_hz`` (a camera tracker's rate), end-effector targets in.
+tracked object poses at ``tracker_rate_hz`` (a camera tracker's rate), a rendered scene camera on
+the topic the robot's RealSense node uses, end-effector targets in.
 Physics runs at the task's rate locked to the wall clock (`sim.tasks.panda_push_t.realtime`),
 so a policy that is late, or a person that is slow, is late in the scene too. A watchdog holds
 the arm where it is when targets stop for ``command_timeout_s``. ``/sim/reset`` (a seed) is the
@@ -15,6 +16,7 @@ Run it as ``reflexlab sim-bridge --task panda-push-t`` or ``ros2 run reflexlab a
 from __future__ import annotations
 
 import math
+import threading
 import time
 from typing import Any
 
@@ -22,7 +24,7 @@ import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
-from sensor_msgs.msg import JointState
+from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Int64
 
 import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
@@ -37,8 +39,13 @@ PARAMETERS: dict[str, object] = {
     "publish_rate_hz": 100.0,  # joint states and end-effector pose
     "tracker_rate_hz": 30.0,  # object poses, as a camera-based tracker would deliver them
     "command_timeout_s": 0.5,  # no target for this long: hold where the arm is
+    "camera_rate_hz": 10.0,  # the scene camera (MJCF camera "side"), rendered offscreen; 0 = off
+    "camera_width": 160,
+    "camera_height": 120,
     "diagnostics_period_s": 1.0,
 }
+CAMERA = "side"
+CAMERA_TOPIC = "/camera/color/image_raw"  # where camera_node (RealSense) publishes on the robot
 MAX_CATCH_UP = 10  # physics steps per tick before simulated time is allowed to slip
 
 
@@ -70,6 +77,12 @@ class ArmBridge(Node):
         self._ee.header.frame_id = self._block.header.frame_id = "base"
         self.targets = self.rejected = self.holds = self.resets = 0
         self._start_clock()
+        self._camera: SceneCamera | None = None
+        if float(p["camera_rate_hz"]) > 0:
+            pub = self.create_publisher(Image, CAMERA_TOPIC, qos)
+            self._camera = SceneCamera(
+                self, pub, float(p["camera_rate_hz"]), int(p["camera_width"]), int(p["camera_height"])
+            )
         self.create_timer(self.sim.dt, self._tick)
         self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(
@@ -145,7 +158,13 @@ class ArmBridge(Node):
             "holds": self.holds,
             "resets": self.resets,
             "coverage": self.sim.coverage(),
+            "camera_frames": self._camera.frames if self._camera is not None else 0,
         }
+
+    def destroy_node(self) -> None:
+        if self._camera is not None:
+            self._camera.close()
+        super().destroy_node()
 
     def _publish_diagnostics(self) -> None:
         d = self.diagnostics()
@@ -159,6 +178,53 @@ class ArmBridge(Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
+
+
+class SceneCamera:
+    """Renders the scene (MJCF camera ``side``) in its own thread and publishes it as a camera driver would.
+
+    Software EGL takes ~36 ms per 160×120 frame here: in the executor's thread that stalled physics past its
+    catch-up budget (simulated time slipped ~18 %). MuJoCo releases the GIL while rendering, so a thread on a
+    snapshot of the joint positions costs the 500 Hz physics ~6 ms at most. Frames are only rendered while
+    somebody subscribes.
+    """
+
+    def __init__(self, bridge: ArmBridge, pub: Any, rate_hz: float, width: int, height: int) -> None:
+        self.bridge, self.pub, self.period = bridge, pub, 1.0 / rate_hz
+        self.msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=3 * width)
+        self.msg.header.frame_id = "camera_color_optical_frame"
+        self.frames = 0
+        self._size = (height, width)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scene-camera", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import mujoco
+
+        model = self.bridge.sim.model
+        renderer = mujoco.Renderer(model, *self._size)  # the GL context belongs to this thread
+        data = mujoco.MjData(model)
+        next_t = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                next_t += self.period
+                if self.pub.get_subscription_count() > 0:
+                    data.qpos[:] = self.bridge.sim.data.qpos  # a snapshot: physics goes on meanwhile
+                    stamp = self.bridge.get_clock().now().to_msg()  # capture time, as camera drivers stamp
+                    mujoco.mj_kinematics(model, data)
+                    renderer.update_scene(data, camera=CAMERA)
+                    self.msg.data = renderer.render().tobytes()
+                    self.msg.header.stamp = stamp
+                    self.pub.publish(self.msg)
+                    self.frames += 1
+                self._stop.wait(max(0.0, next_t - time.monotonic()))
+        finally:
+            renderer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
 
 
 def _set_pose(msg: PoseStamped, position: np.ndarray, quat_wxyz: np.ndarray) -> None:

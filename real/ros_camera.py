@@ -1,0 +1,114 @@
+"""A camera behind a ROS 2 `sensor_msgs/Image` topic, as recording sees cameras: the newest frame and its age.
+
+On the robot `camera_node` publishes the RealSense stream (stamped with the camera's hardware
+capture time mapped to the ROS clock); in sim-as-real the arm bridge publishes its rendered scene
+on the same topic. Either way the recorder stores the newest frame at each control step with its
+age (now − capture stamp), exactly as it does for a RealSense opened in-process.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from typing import NamedTuple
+
+import numpy as np
+
+import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+
+
+class RosFrame(NamedTuple):
+    color: np.ndarray  # (H, W, 3) uint8 RGB
+    stamp_ns: int  # the message's header stamp (capture time, ROS clock)
+
+
+class RosLatest(NamedTuple):
+    frame: RosFrame
+    age_s: float
+
+
+class RosImageCamera:
+    """Subscribes to an rgb8 (or bgr8) image topic in its own rclpy context and keeps the newest frame.
+
+    Args:
+        topic: the image topic.
+        fps: the rate assumed until frames have arrived; then the period is the median spacing of the last
+            stamps (a frame older than a few periods counts as dropped when recorded).
+    """
+
+    def __init__(self, topic: str, fps: float = 30.0) -> None:
+        import rclpy
+        from rclpy.context import Context
+        from rclpy.experimental import EventsExecutor
+        from sensor_msgs.msg import Image
+
+        from deploy.ros.common import state_qos
+
+        self.topic, self._nominal_period = topic, 1.0 / fps
+        self.rejected = 0
+        self._stamps: deque[int] = deque(maxlen=16)
+        self._lock = threading.Lock()
+        self._latest: RosFrame | None = None
+        self._context = Context()
+        rclpy.init(context=self._context)
+        self._node = rclpy.create_node("reflexlab_camera_client", context=self._context)
+        self._node.create_subscription(Image, topic, self._on_image, state_qos(best_effort=True))
+        self._executor = EventsExecutor(context=self._context)
+        self._executor.add_node(self._node)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._spin, name=f"ros-camera {topic}", daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        from rclpy.executors import ExternalShutdownException
+
+        try:
+            while not self._stop.is_set() and self._context.ok():
+                self._executor.spin_once(timeout_sec=0.02)
+        except ExternalShutdownException:
+            pass
+
+    def _on_image(self, msg: object) -> None:
+        h, w, encoding = msg.height, msg.width, msg.encoding  # type: ignore[attr-defined]
+        if encoding not in ("rgb8", "bgr8") or len(msg.data) != h * w * 3:  # type: ignore[attr-defined]
+            self.rejected += 1  # a depth or mono topic is not a colour camera
+            return
+        pixels = np.frombuffer(msg.data, dtype=np.uint8).reshape(h, w, 3)  # type: ignore[attr-defined]
+        if encoding == "bgr8":
+            pixels = pixels[..., ::-1]
+        stamp = msg.header.stamp  # type: ignore[attr-defined]
+        stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
+        with self._lock:
+            self._latest = RosFrame(np.ascontiguousarray(pixels), stamp_ns)
+            self._stamps.append(stamp_ns)
+
+    @property
+    def period_s(self) -> float:
+        """The camera's frame period as measured from its stamps (the nominal one until 3 frames arrived)."""
+        with self._lock:
+            stamps = np.array(self._stamps)
+        gaps = np.diff(stamps)
+        gaps = gaps[gaps > 0]
+        return float(np.median(gaps)) * 1e-9 if len(gaps) >= 2 else self._nominal_period
+
+    def latest(self) -> RosLatest | None:
+        with self._lock:
+            frame = self._latest
+        return None if frame is None else RosLatest(frame, (time.time_ns() - frame.stamp_ns) * 1e-9)
+
+    def wait_for_frame(self, timeout_s: float = 10.0) -> RosFrame:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            latest = self.latest()
+            if latest is not None:
+                return latest.frame
+            time.sleep(0.01)
+        raise TimeoutError(f"no rgb8 image on {self.topic} within {timeout_s:g} s (rejected {self.rejected})")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+        self._executor.shutdown()
+        self._node.destroy_node()
+        self._context.try_shutdown()
