@@ -186,6 +186,8 @@ def bc(
     obs_horizon: int = 2,
     horizon: int = 16,
     execution_horizon: int = 8,
+    down_dims: tuple[int, ...] = (32, 64),
+    lr: float = 3e-4,
 ) -> None:
     """Train a generative teacher (1-D U-Net over action chunks, EMA) on demonstrations.
 
@@ -199,11 +201,25 @@ def bc(
         obs_horizon: observations the policy reads (To).
         horizon: actions per chunk (H).
         execution_horizon: actions executed per chunk (Ta).
+        down_dims: U-Net channel widths per level (each level halves the chunk; H must divide by 2^(levels-1)).
+        lr: AdamW peak learning rate (linear warm-up, cosine decay over ``steps``).
     """
     from policies.imitation import train_bc_run
 
     _require(dataset, "a dataset (reflexlab demos)")
-    ckpt = train_bc_run(policy, dataset, run_dir, steps, time_budget_s, seed, obs_horizon, horizon, execution_horizon)
+    ckpt = train_bc_run(
+        policy,
+        dataset,
+        run_dir,
+        steps,
+        time_budget_s,
+        seed,
+        obs_horizon,
+        horizon,
+        execution_horizon,
+        down_dims=down_dims,
+        lr=lr,
+    )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
 
@@ -216,25 +232,29 @@ def distill(
     time_budget_s: float | None = None,
     seed: int = 0,
     dispersive_weight: float = 0.0,
+    samples_per_window: int = 8,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
     Args:
         teacher: teacher run folder or checkpoint.
         method: consistency (regress onto the teacher's 10-step samples from the same noise) or meanflow
-            (average-velocity field, one step; initialised from the teacher).
+            (average velocity of the straight paths from each noise to the teacher's sample; one step).
         dataset: the dataset whose observations condition the student; must match the teacher's Spec.
         run_dir: checkpoints and TensorBoard logs.
         steps: optimiser steps.
         time_budget_s: stop earlier after this many seconds.
         seed: torch seed.
         dispersive_weight: DMPO's dispersive regulariser on the observation embedding (0 = off; DMPO uses 0.5).
+        samples_per_window: teacher samples drawn (once, before training) per dataset window.
     """
     from policies.imitation import distill_run
 
     _require(teacher, "a teacher run (reflexlab bc)")
     _require(dataset, "a dataset (reflexlab demos)")
-    ckpt = distill_run(teacher, method, dataset, run_dir, steps, time_budget_s, seed, dispersive_weight)
+    ckpt = distill_run(
+        teacher, method, dataset, run_dir, steps, time_budget_s, seed, dispersive_weight, True, samples_per_window
+    )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
 

@@ -6,7 +6,8 @@ noise → chunk map, and with it the teacher's modes, instead of regressing to t
 what plain one-step regression onto data actions would learn). The student is a copy of the
 teacher's network initialised from its weights (`policy.make_student`), with its own optimiser
 and EMA (≈ 0.95). Regression happens in normalised units, on the student's unclipped output:
-clipping would cut the gradient of samples that overshoot the box.
+clipping would cut the gradient of samples that overshoot the box. The (ε, teacher_K(ε, O)) pairs
+come from `TeacherSamples`, drawn once before training.
 """
 
 from __future__ import annotations
@@ -20,11 +21,9 @@ TEACHER_STEPS = 10  # RL-100: DDIM 10
 
 
 def distillation_loss(
-    student: GenerativePolicy, teacher: GenerativePolicy, obs: torch.Tensor, teacher_steps: int = TEACHER_STEPS
+    student: GenerativePolicy, obs: torch.Tensor, noise: torch.Tensor, teacher_chunk: torch.Tensor
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean squared error between student and teacher chunks from the same fresh noise; raw obs (B, To, n)."""
-    noise = torch.randn(obs.shape[0], student.cfg.horizon, student.cfg.action_dim, device=obs.device)
-    with torch.no_grad():
-        target = teacher.sample_normalized(teacher.condition(obs), noise, teacher_steps)
+    """Mean squared error between the student's one step from ``noise`` and the teacher's raw chunk from it."""
+    target = student.action_norm.normalize(teacher_chunk)
     loss = F.mse_loss(student.one_step_unclipped(noise, student.condition(obs)), target)
     return loss, {"consistency_loss": loss.item(), "loss": loss.item()}

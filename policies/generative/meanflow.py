@@ -78,10 +78,14 @@ class MeanFlow:
         r = torch.where(torch.rand(n, device=device) < self.r_equals_t, t, r)
         return t, r
 
-    def loss(self, u_fn: AverageVelocityFn, x0: torch.Tensor) -> torch.Tensor:
-        """Per-sample adaptively weighted loss; ``u_fn(z, t, r)`` is the network's average velocity."""
+    def loss(self, u_fn: AverageVelocityFn, x0: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-sample adaptively weighted loss; ``u_fn(z, t, r)`` is the network's average velocity.
+
+        ``noise`` couples each chunk with its own noise (a teacher's sample from that noise, see
+        `teacher_samples`); by default it is drawn independently, as when learning from data.
+        """
         t, r = self.sample_times(x0.shape[0], x0.device)
-        noise = torch.randn_like(x0)
+        noise = torch.randn_like(x0) if noise is None else noise
         tb, gap = t.view(-1, 1, 1), (t - r).view(-1, 1, 1)
         z = (1 - tb) * x0 + tb * noise
         v = noise - x0

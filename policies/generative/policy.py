@@ -148,14 +148,25 @@ class GenerativePolicy(nn.Module):
             return lambda z, t, r: self.denoiser(z, t, cond, t - r)
         return lambda x, t: self.denoiser(x, t, cond)
 
-    def loss(self, obs: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        """Mean training loss on raw obs (B, To, n) and action chunks (B, H, A), plus scalars to log."""
+    def loss(
+        self, obs: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean training loss on raw obs (B, To, n) and action chunks (B, H, A), plus scalars to log.
+
+        ``noise`` (B, H, A), MeanFlow only: the noise each chunk was sampled from by a teacher
+        (a coupled pair, see `teacher_samples`) instead of independent draws.
+        """
         if self.method == "consistency":
             raise ValueError("a consistency student learns from a teacher: use consistency.distillation_loss")
         cond = self.condition(obs)
         x0 = self.action_norm.normalize(actions)
-        method = {"diffusion": self.diffusion, "flow": self.flow, "meanflow": self.meanflow}[self.method]
-        loss = method.loss(self._net_fn(cond), x0).mean()
+        if self.method == "meanflow":
+            loss = self.meanflow.loss(self._net_fn(cond), x0, noise).mean()
+        elif noise is not None:
+            raise ValueError(f"coupled noise is for MeanFlow students; a {self.method} policy draws its own")
+        else:
+            method = {"diffusion": self.diffusion, "flow": self.flow}[self.method]
+            loss = method.loss(self._net_fn(cond), x0).mean()
         logs = {f"{self.method}_loss": loss.item()}
         w = self.cfg.options.dispersive_weight
         if w > 0:
@@ -251,10 +262,12 @@ def make_student(teacher: GenerativePolicy, method: Method, options: PolicyOptio
 
     ``consistency``: a copy of the teacher (architecture and all weights), as RL-100 does.
     ``meanflow``: the teacher's network sizes, with the method options (``meanflow_*``,
-    ``dispersive_*``) taken from ``options``; it copies the teacher's normalisers and observation
-    encoder, and from a flow teacher the whole U-Net too: a flow field is MeanFlow's r = t case,
+    ``dispersive_*``) taken from ``options``; it copies the teacher's normalisers, observation
+    encoder and U-Net. From a flow teacher that is exact: a flow field is MeanFlow's r = t case,
     and the (t − r) embedding starts at zero, so the student starts as the teacher's one Euler
-    step. A diffusion teacher's ε-prediction is not a velocity, so its U-Net is not copied.
+    step. A diffusion teacher's ε-prediction is not a velocity, so its U-Net is a warm start of
+    features only: at (r, t) = (0, 1) it starts where the consistency student starts
+    (z − ε̂(z, 1)), and distillation on the teacher's pairs re-targets it.
     """
     if teacher.method not in ("diffusion", "flow"):
         raise ValueError(f"a student needs a diffusion or flow teacher, not a {teacher.method} policy")
@@ -270,10 +283,9 @@ def make_student(teacher: GenerativePolicy, method: Method, options: PolicyOptio
     student = GenerativePolicy(dataclasses.replace(teacher.cfg, method="meanflow", options=options))
     for name in ("obs_norm", "action_norm", "encoder"):
         getattr(student, name).load_state_dict(getattr(teacher, name).state_dict())
-    if teacher.method == "flow":
-        missing, unexpected = student.denoiser.load_state_dict(teacher.denoiser.state_dict(), strict=False)
-        if unexpected or any(not k.startswith("h_embed.") for k in missing):
-            raise RuntimeError(f"the flow teacher's U-Net does not fit the student's: {missing=} {unexpected=}")
+    missing, unexpected = student.denoiser.load_state_dict(teacher.denoiser.state_dict(), strict=False)
+    if unexpected or any(not k.startswith("h_embed.") for k in missing):
+        raise RuntimeError(f"the teacher's U-Net does not fit the student's: {missing=} {unexpected=}")
     return student
 
 

