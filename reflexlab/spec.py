@@ -72,6 +72,28 @@ class ObsGroup:
 
 
 @dataclass(frozen=True)
+class ImageInput:
+    """One camera a generator reads: RGB frames, uint8, channel-first (3, height, width), no scaling by the caller.
+
+    An exported generator takes it as the ONNX input ``image.<name>``, shaped (batch,
+    observation_horizon, 3, height, width), oldest frame first, like ``obs``; datasets record it as the
+    video feature ``observation.images.<name>`` (resized to height × width for training).
+    """
+
+    name: str
+    height: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if min(self.height, self.width) < 1:
+            raise ValueError(f"image {self.name!r}: height and width must be >= 1, got {self.height}x{self.width}")
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (3, self.height, self.width)
+
+
+@dataclass(frozen=True)
 class ActionSpec:
     """The action space: one name per dimension and how a raw policy output reaches the robot.
 
@@ -116,6 +138,10 @@ class Spec:
     controller may execute at most ``execution_horizon`` of them from there before it must re-plan
     (Diffusion Policy executes all of them; the policy node re-plans every step by default, see
     `deploy.chunking`). A plain policy has all three at 1.
+
+    ``images``: the cameras a generator reads beside ``policy_obs`` (see `ImageInput`), in the order of
+    its ONNX inputs; empty for state-only models, and then left out of the serialised Spec, so every
+    Spec written before cameras existed reads (and compares) exactly as before.
     """
 
     robot: str
@@ -130,8 +156,12 @@ class Spec:
     observation_horizon: int = 1
     version: int = SPEC_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    images: tuple[ImageInput, ...] = ()
 
     def __post_init__(self) -> None:
+        names = [i.name for i in self.images]
+        if len(set(names)) != len(names):
+            raise ValueError(f"images name a camera twice: {names}")
         first = self.observation_horizon - 1
         if min(self.action_chunk, self.execution_horizon, self.observation_horizon) < 1:
             raise ValueError("action_chunk, execution_horizon and observation_horizon must be >= 1")
@@ -164,6 +194,8 @@ class Spec:
         # JSON has no infinity; keep it explicit rather than emitting the non-standard token.
         if math.isinf(d["action"]["max_rate"]):
             d["action"]["max_rate"] = None
+        if not d["images"]:
+            del d["images"]
         return json.loads(json.dumps(d))
 
     def to_json(self) -> str:
@@ -179,8 +211,9 @@ class Spec:
             a["max_rate"] = math.inf if a.get("max_rate") is None else a["max_rate"]
             for k in ("names", "offset", "lower", "upper"):
                 a[k] = tuple(a[k])
-            rest = {k: v for k, v in d.items() if k not in ("observation_groups", "action")}
-            return cls(observation_groups=groups, action=ActionSpec(**a), **rest)
+            images = tuple(ImageInput(**i) for i in d.get("images", ()))
+            rest = {k: v for k, v in d.items() if k not in ("observation_groups", "action", "images")}
+            return cls(observation_groups=groups, action=ActionSpec(**a), images=images, **rest)
         except (KeyError, TypeError) as e:
             raise ValueError(f"not a valid reflexlab Spec: {e}") from e
 

@@ -21,9 +21,16 @@ TEACHER_STEPS = 10  # RL-100: DDIM 10
 
 
 def distillation_loss(
-    student: GenerativePolicy, obs: torch.Tensor, noise: torch.Tensor, teacher_chunk: torch.Tensor
+    student: GenerativePolicy,
+    obs: torch.Tensor,
+    noise: torch.Tensor,
+    teacher_chunk: torch.Tensor,
+    images: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """Mean squared error between the student's one step from ``noise`` and the teacher's raw chunk from it."""
+    """Mean squared error between the student's one step from ``noise`` and the teacher's raw chunk from it.
+
+    ``images``: the camera frames (B, To, K, 3, H, W) of a student with cameras (see `GenerativePolicy.condition`).
+    """
     target = student.action_norm.normalize(teacher_chunk)
-    loss = F.mse_loss(student.one_step_unclipped(noise, student.condition(obs)), target)
+    loss = F.mse_loss(student.one_step_unclipped(noise, student.condition(obs, images)), target)
     return loss, {"consistency_loss": loss.item(), "loss": loss.item()}

@@ -34,6 +34,7 @@ from policies.generative.flow import FlowMatching
 from policies.generative.meanflow import MeanFlow, MeanFlowVariant
 from policies.generative.normalizer import MinMaxNormalizer
 from policies.generative.unet import ConditionalUnet1D, ObsEncoder
+from policies.generative.vision import ImageEncoder
 
 Method = Literal["diffusion", "flow", "consistency", "meanflow"]
 METHODS: tuple[str, ...] = ("diffusion", "flow", "consistency", "meanflow")
@@ -50,6 +51,13 @@ class PolicyOptions:
     embedding, sized for CPUs; the paper's state-input U-Net is down_dims (256, 512, 1024) with
     time_embed_dim 256. ``dispersive_weight`` > 0 adds DMPO's regulariser on the encoder output,
     for any method (METHODS.md: weight ≈ 0.5, τ ≈ 0.3–0.5); it is off by default.
+
+    Cameras: ``image_keys`` names the cameras the policy reads (dataset features
+    ``observation.images.<key>``, ONNX inputs ``image.<key>``), each an RGB uint8 frame of
+    ``image_size`` (H, W), encoded by its own `ImageEncoder` (random ``image_crop_fraction`` crop in
+    training, centre crop at inference) into ``image_feature_dim`` features per frame that join the
+    state history in the FiLM condition. Empty (the default) is the state-only policy, unchanged:
+    the ``image_*`` fields are then not even written to its checkpoints.
     """
 
     down_dims: tuple[int, ...] = (64, 128, 256)
@@ -67,12 +75,39 @@ class PolicyOptions:
     meanflow_weight_power: float = 1.0
     dispersive_weight: float = 0.0
     dispersive_tau: float = 0.4
+    image_keys: tuple[str, ...] = ()
+    image_size: tuple[int, int] = (96, 96)
+    image_crop_fraction: float = 0.9
+    image_channels: tuple[int, ...] = (16, 32, 64)
+    image_keypoints: int = 32
+    image_feature_dim: int = 64
+
+    def __post_init__(self) -> None:
+        bad = [k for k in self.image_keys if not k or not k.replace("_", "a").replace("-", "a").isalnum()]
+        if bad or len(set(self.image_keys)) != len(self.image_keys):
+            raise ValueError(
+                f"image_keys {self.image_keys}: camera names must be distinct, non-empty letters, digits, '_' or '-' "
+                "(the dataset feature is observation.images.<key>)"
+            )
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        """(3, H, W): one camera frame as the policy (and its ONNX file) takes it."""
+        return (3, *self.image_size)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PolicyOptions:
         d = dict(d)
         d["down_dims"], d["flow_beta"] = tuple(d["down_dims"]), tuple(d["flow_beta"])
+        for k in ("image_keys", "image_size", "image_channels"):
+            if k in d:
+                d[k] = tuple(d[k])
         return cls(**d)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data; a state-only policy's leaves out the ``image_*`` fields, so its checkpoints stay as they were."""
+        d = dataclasses.asdict(self)
+        return d if self.image_keys else {k: v for k, v in d.items() if not k.startswith("image_")}
 
 
 @dataclass(frozen=True)
@@ -94,6 +129,9 @@ class PolicyConfig:
     def from_dict(cls, d: dict[str, Any]) -> PolicyConfig:
         return cls(**{**d, "options": PolicyOptions.from_dict(d["options"])})
 
+    def to_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "options": self.options.to_dict()}
+
 
 class GenerativePolicy(nn.Module):
     """Normalisers + observation encoder + U-Net + method. See the module docstring."""
@@ -109,7 +147,19 @@ class GenerativePolicy(nn.Module):
         self.cfg = cfg
         self.obs_norm = obs_normalizer or MinMaxNormalizer(cfg.obs_dim)
         self.action_norm = action_normalizer or MinMaxNormalizer(cfg.action_dim)
-        self.encoder = ObsEncoder(cfg.obs_dim, cfg.obs_horizon, o.encoder_hidden, o.encoder_dim)
+        # State-only: no image modules at all, so its parameters (and checkpoints) are exactly as before.
+        self.image_encoders = (
+            nn.ModuleList(
+                ImageEncoder(
+                    o.image_size, o.image_crop_fraction, o.image_channels, o.image_keypoints, o.image_feature_dim
+                )
+                for _ in o.image_keys
+            )
+            if o.image_keys
+            else None
+        )
+        per_step = cfg.obs_dim + len(o.image_keys) * o.image_feature_dim
+        self.encoder = ObsEncoder(per_step, cfg.obs_horizon, o.encoder_hidden, o.encoder_dim)
         self.denoiser = ConditionalUnet1D(
             cfg.action_dim,
             o.encoder_dim,
@@ -138,9 +188,30 @@ class GenerativePolicy(nn.Module):
     def method(self) -> str:
         return self.cfg.method
 
-    def condition(self, obs: torch.Tensor) -> torch.Tensor:
-        """Raw observation history (B, To, n), oldest first → the FiLM condition (B, encoder_dim)."""
-        return self.encoder(self.obs_norm.normalize(obs))
+    @property
+    def image_keys(self) -> tuple[str, ...]:
+        return self.cfg.options.image_keys
+
+    def condition(self, obs: torch.Tensor, images: torch.Tensor | None = None) -> torch.Tensor:
+        """Raw observation history (B, To, n), oldest first → the FiLM condition (B, encoder_dim).
+
+        ``images``: for a policy with cameras, their uint8 frames (B, To, K, 3, H, W), camera k being
+        ``image_keys[k]``; each camera's per-frame features join that frame's state before the MLP.
+        """
+        x = self.obs_norm.normalize(obs)
+        if self.image_encoders is None:
+            if images is not None:
+                raise ValueError("this policy reads no cameras (state only) but was given images")
+            return self.encoder(x)
+        want = (len(self.image_keys), *self.cfg.options.image_shape)
+        if images is None or images.ndim != 6 or tuple(images.shape[2:]) != want:
+            got = None if images is None else tuple(images.shape)
+            raise ValueError(
+                f"this policy reads cameras {list(self.image_keys)}: images must be (B, To, K, 3, H, W) with "
+                f"(K, 3, H, W) = {want}, got {got}"
+            )
+        feats = [enc(images[:, :, k]) for k, enc in enumerate(self.image_encoders)]
+        return self.encoder(torch.cat([x, *feats], dim=-1))
 
     def _net_fn(self, cond: torch.Tensor) -> Callable[..., torch.Tensor]:
         """The U-Net with ``cond`` bound, in the signature the method's loss and sampler call."""
@@ -149,16 +220,20 @@ class GenerativePolicy(nn.Module):
         return lambda x, t: self.denoiser(x, t, cond)
 
     def loss(
-        self, obs: torch.Tensor, actions: torch.Tensor, noise: torch.Tensor | None = None
+        self,
+        obs: torch.Tensor,
+        actions: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        images: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean training loss on raw obs (B, To, n) and action chunks (B, H, A), plus scalars to log.
 
         ``noise`` (B, H, A), MeanFlow only: the noise each chunk was sampled from by a teacher
-        (a coupled pair, see `teacher_samples`) instead of independent draws.
+        (a coupled pair, see `teacher_samples`) instead of independent draws. ``images``: see `condition`.
         """
         if self.method == "consistency":
             raise ValueError("a consistency student learns from a teacher: use consistency.distillation_loss")
-        cond = self.condition(obs)
+        cond = self.condition(obs, images)
         x0 = self.action_norm.normalize(actions)
         if self.method == "meanflow":
             loss = self.meanflow.loss(self._net_fn(cond), x0, noise).mean()
@@ -213,12 +288,14 @@ class GenerativePolicy(nn.Module):
         steps: int | None = None,
         sampler: Literal["ddim", "ddpm"] = "ddim",
         generator: torch.Generator | None = None,
+        images: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Raw obs history (B, To, n) + noise (B, H, A) ~ N(0, I) → action chunk (B, H, A), raw units.
 
         Deterministic given ``noise`` except for DDPM, whose per-step noise comes from ``generator``.
+        ``images``: the camera frames of a policy with cameras, see `condition`.
         """
-        x = self.sample_normalized(self.condition(obs), noise, steps, sampler, generator)
+        x = self.sample_normalized(self.condition(obs, images), noise, steps, sampler, generator)
         return self.action_norm.unnormalize(x)
 
     # --- checkpoints -----------------------------------------------------------------------------
@@ -227,7 +304,7 @@ class GenerativePolicy(nn.Module):
         path = Path(path)
         state = {
             "format": CHECKPOINT_FORMAT,
-            "config": dataclasses.asdict(self.cfg),
+            "config": self.cfg.to_dict(),
             "state_dict": self.state_dict(),
             "ema_state_dict": None if ema is None else ema.state_dict(),
             "extra": extra or {},
@@ -281,7 +358,7 @@ def make_student(teacher: GenerativePolicy, method: Method, options: PolicyOptio
     method_fields = {k: v for k, v in chosen.items() if k.startswith(("meanflow_", "dispersive_"))}
     options = dataclasses.replace(teacher.cfg.options, **method_fields)
     student = GenerativePolicy(dataclasses.replace(teacher.cfg, method="meanflow", options=options))
-    for name in ("obs_norm", "action_norm", "encoder"):
+    for name in ("obs_norm", "action_norm", "encoder", *(("image_encoders",) if teacher.image_keys else ())):
         getattr(student, name).load_state_dict(getattr(teacher, name).state_dict())
     missing, unexpected = student.denoiser.load_state_dict(teacher.denoiser.state_dict(), strict=False)
     if unexpected or any(not k.startswith("h_embed.") for k in missing):
@@ -289,10 +366,17 @@ def make_student(teacher: GenerativePolicy, method: Method, options: PolicyOptio
     return student
 
 
+def _stacked(images: tuple[torch.Tensor, ...]) -> torch.Tensor | None:
+    """Per-camera frames (B, To, 3, H, W), in ``image_keys`` order → (B, To, K, 3, H, W); none → None."""
+    return torch.stack(images, dim=2) if images else None
+
+
 class OneStepGenerator(nn.Module):
     """What a one-step student exports: raw obs (B, To, n) + noise (B, H, A) → raw action chunk (B, H, A).
 
-    One U-Net evaluation with both normalisers baked in, clipped to the training data's range.
+    One U-Net evaluation with both normalisers baked in, clipped to the training data's range. A
+    policy with cameras takes one more argument per camera (``image_keys`` order): its uint8 frames
+    (B, To, 3, H, W), oldest first.
     """
 
     def __init__(self, policy: GenerativePolicy) -> None:
@@ -304,9 +388,10 @@ class OneStepGenerator(nn.Module):
             )
         self.policy = policy
 
-    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
         p = self.policy
-        return p.action_norm.unnormalize(p.one_step_unclipped(noise, p.condition(obs)).clamp(-1.0, 1.0))
+        cond = p.condition(obs, _stacked(images))
+        return p.action_norm.unnormalize(p.one_step_unclipped(noise, cond).clamp(-1.0, 1.0))
 
 
 class MultiStepSampler(nn.Module):
@@ -319,5 +404,5 @@ class MultiStepSampler(nn.Module):
         super().__init__()
         self.policy, self.steps = policy, steps
 
-    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-        return self.policy.sample(obs, noise, self.steps)
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
+        return self.policy.sample(obs, noise, self.steps, images=_stacked(images))

@@ -15,6 +15,10 @@ K-step teacher inside every training step is the other reason: with the teacher 
 consistency step cost 3.7× a plain training step (1.9 vs 7 steps/s for a (32, 64, 128) U-Net), so
 a student saw ~1,000 batches in 10 minutes. ``per_window`` noise draws per training window keep
 the teacher's spread of modes at every state in the set.
+
+With cameras, a sample keeps the index of its window rather than a copy of the window's frames
+(8 draws of a 96×96 window of 2 frames would copy 440 kB per window): `gather` fetches them from
+the `ChunkWindows` when a batch is drawn.
 """
 
 from __future__ import annotations
@@ -31,17 +35,26 @@ from policies.generative.policy import GenerativePolicy
 
 @dataclass(frozen=True)
 class TeacherSamples:
-    """Triples (obs (N, To, n) raw, noise (N, H, A), teacher chunk (N, H, A) raw), N = windows × draws."""
+    """Triples (obs (N, To, n) raw, noise (N, H, A), teacher chunk (N, H, A) raw), N = windows × draws.
+
+    With cameras also ``window`` (N,), each sample's window in ``windows``, whose frames `gather`
+    appends as a fourth element (B, To, K, 3, H, W).
+    """
 
     obs: torch.Tensor
     noise: torch.Tensor
     chunk: torch.Tensor
+    window: torch.Tensor | None = None
+    windows: ChunkWindows | None = None
 
     def __len__(self) -> int:
         return len(self.obs)
 
-    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return self.obs[idx], self.noise[idx], self.chunk[idx]
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        out = self.obs[idx], self.noise[idx], self.chunk[idx]
+        if self.window is None or self.windows is None:
+            return out
+        return (*out, self.windows.gather_images(self.window[idx]))
 
     @classmethod
     @torch.no_grad()
@@ -61,16 +74,21 @@ class TeacherSamples:
             raise ValueError(f"per_window must be >= 1, got {per_window}")
         teacher = teacher.eval().to(device)
         gen = torch.Generator().manual_seed(seed)
-        all_obs, _ = windows.gather(torch.arange(len(windows)))
+        all_obs = windows.obs[windows.obs_index]
         obs = all_obs.repeat(per_window, 1, 1)
+        cameras = teacher.image_encoders is not None
+        if cameras and windows.images is None:
+            raise ValueError(f"the teacher reads cameras {list(teacher.image_keys)} but the episodes carry no images")
+        window = torch.arange(len(windows)).repeat(per_window) if cameras else None
         noise = torch.randn((len(obs), teacher.cfg.horizon, teacher.cfg.action_dim), generator=gen)
         chunk = torch.empty_like(noise)
         bar = tqdm(total=len(obs), desc=f"teacher@{steps} samples", file=sys.stderr, disable=not progress)
         for start in range(0, len(obs), batch_size):
             sl = slice(start, start + batch_size)
-            chunk[sl] = teacher.sample(obs[sl].to(device), noise[sl].to(device), steps).cpu()
+            images = None if window is None else windows.gather_images(window[sl]).to(device)
+            chunk[sl] = teacher.sample(obs[sl].to(device), noise[sl].to(device), steps, images=images).cpu()
             bar.update(len(chunk[sl]))
         bar.close()
         if not torch.isfinite(chunk).all():
             raise FloatingPointError("the teacher produced non-finite chunks: its checkpoint is broken")
-        return cls(obs, noise, chunk)
+        return cls(obs, noise, chunk, window, windows if cameras else None)

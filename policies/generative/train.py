@@ -40,7 +40,8 @@ LossFn = Callable[..., Loss]
 
 
 class Batches(Protocol):
-    """What the loop draws from: `ChunkWindows` (obs, actions) or `TeacherSamples` (obs, noise, chunk)."""
+    """What the loop draws from: `ChunkWindows` (obs, actions) or `TeacherSamples` (obs, noise, chunk), each
+    followed by the camera frames (B, To, K, 3, H, W) when the policy has cameras."""
 
     def __len__(self) -> int: ...
 
@@ -91,11 +92,16 @@ def train_teacher(episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json
     pcfg = PolicyConfig(
         cfg.method, windows.obs_dim, windows.action_dim, spec.observation_horizon, spec.action_chunk, cfg.policy
     )
+    _check_images(windows, cfg.policy, spec)
     policy = GenerativePolicy(pcfg, MinMaxNormalizer.fit(windows.obs), MinMaxNormalizer.fit(windows.action))
     policy.to(cfg.device)
     ema = EMA(policy, max_decay=cfg.ema_max_decay)
     extra = {"spec": spec.to_dict(), "train_config": dataclasses.asdict(cfg), "role": "teacher"}
-    return _fit(policy, policy.loss, windows, ema, cfg, Path(run_dir), extra)
+
+    def loss_fn(obs: torch.Tensor, actions: torch.Tensor, images: torch.Tensor | None = None) -> Loss:
+        return policy.loss(obs, actions, images=images)
+
+    return _fit(policy, loss_fn, windows, ema, cfg, Path(run_dir), extra)
 
 
 def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json: str) -> Path:
@@ -115,6 +121,7 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     spec = Spec.from_json(spec_json)
     spec.check_compatible(Spec.from_dict(teacher_extra["spec"]), context=f"teacher {teacher_ckpt.name}")
     windows = _windows(episodes, spec)
+    _check_images(windows, teacher.cfg.options, spec)
     torch.manual_seed(cfg.seed)
     teacher.requires_grad_(False).to(cfg.device)
     student = make_student(teacher, cfg.method, cfg.policy).to(cfg.device)
@@ -130,14 +137,18 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     if cfg.method == "consistency":
         ema = EMA(student, fixed_decay=cfg.student_ema_decay)
 
-        def loss_fn(obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor) -> Loss:
-            return distillation_loss(student, obs, noise, chunk)
+        def loss_fn(
+            obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None
+        ) -> Loss:
+            return distillation_loss(student, obs, noise, chunk, images)
 
     else:
         ema = EMA(student, max_decay=cfg.ema_max_decay)
 
-        def loss_fn(obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor) -> Loss:
-            return student.loss(obs, chunk, noise)
+        def loss_fn(
+            obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None
+        ) -> Loss:
+            return student.loss(obs, chunk, noise, images)
 
     extra = {
         "spec": spec.to_dict(),
@@ -163,6 +174,20 @@ def _windows(episodes: Episodes, spec: Spec) -> ChunkWindows:
             f"episodes have {windows.action_dim} action values per step, the Spec's action {spec.action.size}"
         )
     return windows
+
+
+def _check_images(windows: ChunkWindows, options: PolicyOptions, spec: Spec) -> None:
+    """The episodes' camera frames must be what the policy's options and the Spec's ``images`` say."""
+    want = (len(options.image_keys), *options.image_shape) if options.image_keys else None
+    if windows.image_shape != want:
+        raise ValueError(
+            f"the policy reads cameras {list(options.image_keys)} as (K, 3, H, W) = {want}, the episodes carry "
+            f"images {windows.image_shape}"
+        )
+    spec_images = tuple((i.name, i.height, i.width) for i in spec.images)
+    options_images = tuple((k, *options.image_size) for k in options.image_keys)
+    if spec_images != options_images:
+        raise ValueError(f"the Spec's images {spec_images} differ from the policy's cameras {options_images}")
 
 
 def _lr_factor(step: int, warmup: int, total: int) -> float:
