@@ -21,6 +21,14 @@ OUTPUT_NAME = "action"
 # raw actions (targets = Spec.action.to_targets). The caller owns the noise so runs are reproducible.
 NOISE_NAME = "noise"
 CHUNK_OUTPUT_NAME = "action_chunk"
+# Generators with cameras (Spec.images) take one more input per camera, after obs and noise, in the
+# Spec's order: "image.<name>", uint8 RGB (batch, observation_horizon, 3, height, width), oldest first.
+IMAGE_INPUT_PREFIX = "image."
+
+
+def image_input_names(spec: Spec) -> list[str]:
+    """The ONNX input names of a generator's cameras, in the order the model takes them."""
+    return [IMAGE_INPUT_PREFIX + i.name for i in spec.images]
 
 
 class ExportError(RuntimeError):

@@ -31,7 +31,7 @@ import numpy as np
 
 from deploy.chunking import ChunkConfig, ChunkExecutor, ObservationHistory
 from deploy.robot import RobotConfig, gait_hz
-from deploy.runner import OnnxGenerator, OnnxPolicy
+from deploy.runner import OnnxGenerator, OnnxPolicy, require_no_cameras
 from deploy.safety import SafetyFilter
 
 
@@ -72,6 +72,7 @@ class PolicyController:
         seed: int = 0,
     ) -> None:
         robot.check_model(policy.spec)
+        require_no_cameras(policy.spec, getattr(policy, "path", "model"), "the policy node (joint states only)")
         self.policy = policy
         self.robot = robot
         self.spec = policy.spec

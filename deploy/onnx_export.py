@@ -22,10 +22,12 @@ from torch import nn
 
 from deploy.artifact import (
     CHUNK_OUTPUT_NAME,
+    IMAGE_INPUT_PREFIX,
     INPUT_NAME,
     NOISE_NAME,
     OUTPUT_NAME,
     ExportError,
+    image_input_names,
     read_metadata,
     spec_of,
 )
@@ -86,7 +88,9 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
     ``module.forward(obs, noise)`` takes obs (B, observation_horizon, obs_size) in physical units,
     oldest first (scales/normalisers belong inside the module, as for policies), and noise
     (B, action_chunk, action_size) ~ N(0, I); it returns raw actions (B, action_chunk, action_size),
-    index 0 aligned with the oldest observation (see `deploy.artifact`). ``metadata`` (e.g. the
+    index 0 aligned with the oldest observation (see `deploy.artifact`). A Spec with ``images`` adds one
+    argument per camera after the noise, uint8 (B, observation_horizon, 3, height, width), exported as
+    the input ``image.<name>``. ``metadata`` (e.g. the
     checkpoint's ``checkpoint_sha256``, the teacher, the distillation run) is stored beside the Spec.
     The module's output shape is checked first, so a mismatch is an `ExportError` naming both shapes
     rather than a file that fails at serve time.
@@ -102,12 +106,14 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
     module = module.eval()
     obs = torch.zeros(1, spec.observation_horizon, spec.policy_obs.size)
     noise = torch.zeros(1, spec.action_chunk, spec.action.size)
+    images = tuple(torch.zeros(1, spec.observation_horizon, *i.shape, dtype=torch.uint8) for i in spec.images)
     with torch.no_grad():
-        got = tuple(module(obs, noise).shape)
+        got = tuple(module(obs, noise, *images).shape)
     want = tuple(noise.shape)
     if got != want:
         raise ExportError(f"generator output has shape {got} for noise {want}; it must equal the noise's (B, H, A)")
-    _write(module, (obs, noise), [INPUT_NAME, NOISE_NAME], CHUNK_OUTPUT_NAME, spec, metadata, "generator", out)
+    names = [INPUT_NAME, NOISE_NAME, *image_input_names(spec)]
+    _write(module, (obs, noise, *images), names, CHUNK_OUTPUT_NAME, spec, metadata, "generator", out)
 
 
 def _write(
@@ -155,13 +161,27 @@ def verify(policy: LoadedPolicy, onnx_path: Path, observations: np.ndarray) -> f
     return float(np.max(np.abs(got - expected)))
 
 
-def verify_generator(module: nn.Module, onnx_path: Path, obs: np.ndarray, noise: np.ndarray) -> float:
-    """Max abs error between onnxruntime and torch for obs (B, To, n) and noise (B, H, A) (float32)."""
+def verify_generator(
+    module: nn.Module,
+    onnx_path: Path,
+    obs: np.ndarray,
+    noise: np.ndarray,
+    images: dict[str, np.ndarray] | None = None,
+) -> float:
+    """Max abs error between onnxruntime and torch for obs (B, To, n) and noise (B, H, A) (float32), plus the
+    frames {camera: (B, To, 3, H, W) uint8} of a generator with cameras (in its Spec's order)."""
     obs, noise = np.asarray(obs, dtype=np.float32), np.asarray(noise, dtype=np.float32)
+    cameras = [i.name for i in spec_of(Path(onnx_path)).images]
+    frames = [np.ascontiguousarray(np.asarray((images or {})[k], dtype=np.uint8)) for k in cameras]
     with torch.no_grad():
-        expected = module.eval()(torch.from_numpy(obs), torch.from_numpy(noise)).numpy()
-    got = _session(onnx_path).run([CHUNK_OUTPUT_NAME], {INPUT_NAME: obs, NOISE_NAME: noise})[0]
-    return float(np.max(np.abs(got - expected)))
+        expected = module.eval()(torch.from_numpy(obs), torch.from_numpy(noise), *map(torch.from_numpy, frames))
+    feeds = {
+        INPUT_NAME: obs,
+        NOISE_NAME: noise,
+        **{IMAGE_INPUT_PREFIX + k: f for k, f in zip(cameras, frames, strict=True)},
+    }
+    got = _session(onnx_path).run([CHUNK_OUTPUT_NAME], feeds)[0]
+    return float(np.max(np.abs(got - expected.numpy())))
 
 
 def _session(onnx_path: Path) -> Any:
@@ -206,20 +226,25 @@ __all__ = [
 ]
 
 
-def record_histories(sampler: Any, spec: Spec, num_obs: int, seed: int = 7) -> np.ndarray:
-    """Observation histories (num_obs, To, n) recorded by running a chunk policy on its own task."""
+def record_histories(sampler: Any, spec: Spec, num_obs: int, seed: int = 7) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Observation histories (num_obs, To, n) recorded by running a chunk policy on its own task, and for a
+    Spec with cameras the rendered frames {camera: (num_obs, To, 3, H, W) uint8} the policy saw."""
     from policies.chunk_eval import evaluate_chunks
 
     rows: list[np.ndarray] = []
+    frames: list[dict[str, np.ndarray]] = []
 
-    def recording(obs: np.ndarray, noise: np.ndarray) -> np.ndarray:
+    def recording(obs: np.ndarray, noise: np.ndarray, *images: dict[str, np.ndarray]) -> np.ndarray:
         rows.append(obs.copy())
-        return sampler(obs, noise)
+        if images:
+            frames.append({k: v.copy() for k, v in images[0].items()})
+        return sampler(obs, noise, *images)
 
     episodes = 8
     steps = -(-num_obs // episodes) * spec.execution_horizon  # one recorded history per re-plan
     evaluate_chunks(recording, spec, list(range(seed, seed + episodes)), noise_seed=seed, episode_steps=steps)
-    return np.concatenate(rows)[:num_obs]
+    cams = {i.name: np.concatenate([f[i.name] for f in frames])[:num_obs] for i in spec.images}
+    return np.concatenate(rows)[:num_obs], cams
 
 
 def export_generative_checkpoint(
@@ -229,6 +254,7 @@ def export_generative_checkpoint(
     num_obs: int = 256,
     tolerance: float = 1e-4,
     sampler_tolerance: float = 2e-3,
+    dataset: Path | None = None,
 ) -> dict[str, Any]:
     """Export a generative policy (one-step student, or a teacher at ``steps`` unrolled steps) and verify it.
 
@@ -237,7 +263,9 @@ def export_generative_checkpoint(
     Parity is checked on observation histories recorded by running the policy on its task. A one-step
     student must match within ``tolerance``; an unrolled sampler within ``sampler_tolerance``: DDIM's
     clean-sample estimate divides the network's float32 rounding by √ᾱ (≈ 5e-4 at the noisiest step,
-    so a 1-step teacher measured 4.3e-4 m here) and several steps compound it.
+    so a 1-step teacher measured 4.3e-4 m here) and several steps compound it. With ``dataset``, the
+    recorded inputs are windows of that dataset instead (observations and, for a policy with cameras,
+    its camera frames), for policies whose task cannot be simulated here.
     """
     from policies.generative.policy import DEFAULT_STEPS, ONE_STEP_METHODS, MultiStepSampler, OneStepGenerator
     from policies.imitation import TorchSampler, load_generative
@@ -257,9 +285,14 @@ def export_generative_checkpoint(
         "task": spec.task,
     }
     export_generator(module, spec, out, meta)
-    obs = record_histories(TorchSampler(policy, steps), spec, num_obs)
+    if dataset is not None:
+        from policies.imitation import observation_windows
+
+        obs, images = observation_windows(Path(dataset), spec, num_obs)
+    else:
+        obs, images = record_histories(TorchSampler(policy, steps), spec, num_obs)
     noise = np.random.default_rng(0).standard_normal((len(obs), spec.action_chunk, spec.action.size))
-    err = verify_generator(module, out, obs, noise.astype(np.float32))
+    err = verify_generator(module, out, obs, noise.astype(np.float32), images)
     tolerance = tolerance if one_step else sampler_tolerance
     if not err <= tolerance:
         raise ExportError(f"onnxruntime differs from torch by {err:.3g} (> {tolerance:g}) on recorded observations")

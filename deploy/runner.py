@@ -5,7 +5,9 @@ the Spec from the model, refuse a robot whose Spec differs (naming the field), a
 observations from named terms in the Spec's order, check shapes and values with messages that
 say what is wrong (not an onnxruntime stack trace), and turn raw actions into joint targets with
 the Spec's scale and offset. Each refuses the other's kind of file and names the right loader;
-`load_model` picks it from the Spec.
+`load_model` picks it from the Spec. A generator whose Spec lists ``images`` also takes camera
+frames (`OnnxGenerator.sample`'s ``images``); components that have no cameras to give refuse such
+a model when they load it (`require_no_cameras`).
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ class ModelKindError(ValueError):
     """A generator file given to the plain-policy loader or the other way round; names the loader to use."""
 
 
+def require_no_cameras(spec: Spec, path: Path | str, component: str) -> None:
+    """Refuse, at load time, a model that reads cameras in a ``component`` that feeds it no images."""
+    if spec.images:
+        names = ", ".join(i.name for i in spec.images)
+        raise ModelKindError(
+            f"model {Path(path).name} reads cameras ({names}) and {component} feeds policies no camera images; "
+            "serve a state-only model here, or call deploy.runner.OnnxGenerator.sample with images"
+        )
+
+
 class _OnnxModel:
     """What both loaders share: the Spec, the robot check, the session, term assembly and targets."""
 
@@ -34,7 +46,7 @@ class _OnnxModel:
     def __init__(self, path: Path, robot_spec: Spec | None = None, threads: int = 1) -> None:
         import onnxruntime as ort
 
-        from deploy.artifact import CHUNK_OUTPUT_NAME, INPUT_NAME, NOISE_NAME, OUTPUT_NAME, spec_of
+        from deploy.artifact import CHUNK_OUTPUT_NAME, INPUT_NAME, NOISE_NAME, OUTPUT_NAME, image_input_names, spec_of
 
         self.path = Path(path)
         self.spec = spec_of(self.path)  # raises with the file's name when missing/corrupt/foreign
@@ -46,7 +58,9 @@ class _OnnxModel:
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1
         self.session = ort.InferenceSession(str(self.path), opts, providers=["CPUExecutionProvider"])
-        self._inputs = inputs = [INPUT_NAME, NOISE_NAME] if self.generator else [INPUT_NAME]
+        self._inputs = inputs = (
+            [INPUT_NAME, NOISE_NAME, *image_input_names(self.spec)] if self.generator else [INPUT_NAME]
+        )
         self._output = CHUNK_OUTPUT_NAME if self.generator else OUTPUT_NAME
         found = ([i.name for i in self.session.get_inputs()], [o.name for o in self.session.get_outputs()])
         if found != (inputs, [self._output]):
@@ -120,7 +134,8 @@ class OnnxGenerator(_OnnxModel):
     """An exported one-step generator: the last ``observation_horizon`` observations + noise → an action chunk.
 
     The noise is an input so that runs are reproducible: the caller passes it, or a seeded
-    generator draws it (``seed`` here, or the ``rng`` of each `sample` call).
+    generator draws it (``seed`` here, or the ``rng`` of each `sample` call). A model with cameras
+    (``spec.images``) takes their frames too: uint8 RGB, channel-first, one history per camera.
 
     Args:
         path: the `.onnx` file written by `deploy.onnx_export.export_generator`.
@@ -136,15 +151,22 @@ class OnnxGenerator(_OnnxModel):
         s = self.spec
         self.history_shape = (s.observation_horizon, self.obs_size)
         self.chunk_shape = (s.action_chunk, s.action.size)
+        self.image_shapes = {i.name: (s.observation_horizon, *i.shape) for i in s.images}  # per camera (To, 3, H, W)
         self.rng = np.random.default_rng(seed)
 
     def sample(
-        self, obs_history: np.ndarray, noise: np.ndarray | None = None, rng: np.random.Generator | None = None
+        self,
+        obs_history: np.ndarray,
+        noise: np.ndarray | None = None,
+        rng: np.random.Generator | None = None,
+        images: Mapping[str, np.ndarray] | None = None,
     ) -> np.ndarray:
         """Raw action chunk(s) (H, A) or (batch, H, A) for observation histories (To, n) or (batch, To, n).
 
         History oldest first, physical units; chunk index 0 is aligned with the oldest observation.
         Without ``noise``, N(0, I) noise is drawn from ``rng`` (or this runner's seeded generator).
+        ``images``: for a model with cameras, {camera: uint8 frames (To, 3, H, W), or (batch, To, 3, H, W)
+        beside a batch of histories}, oldest first, raw RGB (no scaling).
         """
         x = np.asarray(obs_history, dtype=np.float32)
         single = x.ndim == 2
@@ -162,8 +184,36 @@ class OnnxGenerator(_OnnxModel):
             eps = (rng or self.rng).standard_normal(want, dtype=np.float32)
         else:
             eps = self._checked_noise(noise, want, single)
-        out = self.session.run([self._output], dict(zip(self._inputs, (x, eps), strict=True)))[0]
+        frames = self._checked_images(images, len(x), single)
+        out = self.session.run([self._output], dict(zip(self._inputs, (x, eps, *frames), strict=True)))[0]
         return out[0] if single else out
+
+    def _checked_images(self, images: Mapping[str, np.ndarray] | None, batch: int, single: bool) -> list[np.ndarray]:
+        """Each camera's frames as (batch, To, 3, H, W) uint8, in the model's input order."""
+        images = images or {}
+        extra = sorted(set(images) - set(self.image_shapes))
+        if extra:
+            reads = ", ".join(self.image_shapes) or "none (state only)"
+            raise PolicyInputError(f"images for unknown camera(s) {extra}; this model reads cameras: {reads}")
+        out = []
+        for name, shape in self.image_shapes.items():
+            if name not in images:
+                raise PolicyInputError(
+                    f"camera {name!r} missing: this model reads images {list(self.image_shapes)}, each uint8 "
+                    f"(To, 3, H, W) = {shape} or (batch, To, 3, H, W)"
+                )
+            frames = np.asarray(images[name])
+            if single and frames.shape == shape:
+                frames = frames[None]
+            if frames.shape != (batch, *shape) or frames.dtype != np.uint8:
+                raise PolicyInputError(
+                    f"camera {name!r} images are {frames.dtype} {np.shape(images[name])}, expected uint8 RGB "
+                    f"(batch, To, 3, H, W) = {(batch, *shape)}"
+                    + (f" or (To, 3, H, W) = {shape}" if single else "")
+                    + ", oldest frame first, channels first, values 0-255"
+                )
+            out.append(np.ascontiguousarray(frames))
+        return out
 
     @staticmethod
     def _checked_noise(noise: np.ndarray, want: tuple[int, int, int], single: bool) -> np.ndarray:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from deploy.chunking import ObservationHistory
-from deploy.runner import OnnxGenerator, OnnxPolicy, load_model
+from deploy.runner import OnnxGenerator, OnnxPolicy, load_model, require_no_cameras
 from reflexlab.spec import Spec
 
 
@@ -29,6 +29,7 @@ class StepActor:
 
     def __init__(self, path: Path, robot_spec: Spec | None = None, seed: int = 0) -> None:
         self.model: OnnxPolicy | OnnxGenerator = load_model(Path(path), robot_spec)
+        require_no_cameras(self.model.spec, path, "StepActor (act(obs) takes state observations only)")
         if isinstance(self.model, OnnxGenerator):
             self.model.rng = np.random.default_rng(seed)
         self.spec = self.model.spec

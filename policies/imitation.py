@@ -19,7 +19,7 @@ import torch
 from policies.checkpoint import resolve_checkpoint
 from policies.generative.policy import GenerativePolicy
 from reflexlab.dataset import Dataset, load_dataset
-from reflexlab.spec import Spec
+from reflexlab.spec import ImageInput, Spec
 
 
 def fast_float_mode() -> None:
@@ -31,24 +31,74 @@ def fast_float_mode() -> None:
     torch.set_flush_denormal(True)
 
 
-def load_episodes(root: Path) -> tuple[list[dict[str, np.ndarray]], Spec, Dataset]:
-    """Episodes as {"obs", "action"} arrays plus the dataset's Spec; every problem names the episode."""
+IMAGE_FEATURE_PREFIX = "observation.images."  # + camera key: a dataset's video feature
+
+
+def load_episodes(
+    root: Path, image_keys: tuple[str, ...] = (), image_size: tuple[int, int] | None = None
+) -> tuple[list[dict[str, Any]], Spec, Dataset]:
+    """Episodes as {"obs", "action"} arrays plus the dataset's Spec; every problem names the episode.
+
+    With ``image_keys``, each episode also gets "images" (T, K, 3, H, W) uint8: the decoded frames of the
+    video features ``observation.images.<key>``, resized (antialiased bilinear) to ``image_size`` (H, W)
+    when given and different. A camera the dataset lacks is a `ValueError` naming it and the dataset.
+    """
     dataset = load_dataset(root)  # validates keys, shapes, NaN, empty episodes
     if dataset.spec is None:
         raise ValueError(f"{root}: the dataset records no reflexlab Spec (meta/info.json reflexlab_spec)")
-    episodes = [{"obs": ep["observation.state"], "action": ep["action"]} for ep in dataset.episodes()]
+    videos = dataset.video_features
+    missing = [k for k in image_keys if IMAGE_FEATURE_PREFIX + k not in videos]
+    if missing:
+        have = ", ".join(k.removeprefix(IMAGE_FEATURE_PREFIX) for k in videos) or "none"
+        raise ValueError(
+            f"{root}: the dataset has no camera {', '.join(repr(k) for k in missing)} (video feature "
+            f"{IMAGE_FEATURE_PREFIX}{missing[0]}); its cameras: {have}. Record one (e.g. reflexlab demos --cameras "
+            f"{missing[0]}) or train with the cameras it has"
+        )
+    episodes: list[dict[str, Any]] = []
+    for i, ep in enumerate(dataset.episodes()):
+        episode: dict[str, Any] = {"obs": ep["observation.state"], "action": ep["action"]}
+        if image_keys:
+            episode["images"] = np.stack(
+                [_frames(dataset, i, IMAGE_FEATURE_PREFIX + k, image_size) for k in image_keys], axis=1
+            )
+        episodes.append(episode)
     return episodes, dataset.spec, dataset
 
 
-def chunked(spec: Spec, obs_horizon: int, horizon: int, execution_horizon: int) -> Spec:
-    """The Spec of a chunk policy trained on a task whose own Spec is ``spec``."""
+def _frames(dataset: Dataset, episode: int, key: str, size: tuple[int, int] | None) -> np.ndarray:
+    """One camera's frames of one episode as (T, 3, H, W) uint8, resized to ``size`` (H, W) if given."""
+    frames = torch.from_numpy(np.stack(list(dataset.video_frames(episode, key)))).permute(0, 3, 1, 2)
+    if size is not None and tuple(frames.shape[2:]) != tuple(size):
+        resized = torch.nn.functional.interpolate(frames.float(), size=tuple(size), mode="bilinear", antialias=True)
+        frames = resized.round().clamp(0, 255).to(torch.uint8)
+    return frames.contiguous().numpy()
+
+
+def camera_size(dataset: Dataset, image_keys: tuple[str, ...]) -> tuple[int, int]:
+    """(H, W) of the first named camera's frames: a policy's image size when the user sets none."""
+    key = IMAGE_FEATURE_PREFIX + image_keys[0]
+    if key not in dataset.video_features:
+        load_episodes(dataset.root, image_keys)  # raises the error naming the camera
+    height, width, _ = dataset.video_features[key]
+    return (height, width)
+
+
+def chunked(
+    spec: Spec, obs_horizon: int, horizon: int, execution_horizon: int, images: tuple[ImageInput, ...] = ()
+) -> Spec:
+    """The Spec of a chunk policy trained on a task whose own Spec is ``spec`` (reading cameras ``images``)."""
     return dataclasses.replace(
-        spec, observation_horizon=obs_horizon, action_chunk=horizon, execution_horizon=execution_horizon
+        spec,
+        observation_horizon=obs_horizon,
+        action_chunk=horizon,
+        execution_horizon=execution_horizon,
+        images=images,
     )
 
 
 def plain(spec: Spec) -> Spec:
-    """The task's own Spec under a chunk policy's (the horizons set back to 1)."""
+    """The task's own Spec under a chunk policy's (the horizons set back to 1, no camera inputs)."""
     return chunked(spec, 1, 1, 1)
 
 
@@ -71,26 +121,42 @@ def load_generative(run_or_ckpt: Path) -> tuple[GenerativePolicy, Spec, dict[str
 
 
 class TorchSampler:
-    """A policy at a fixed step count as a batched numpy sampler (obs (N,To,n), noise (N,H,A)) → chunk."""
+    """A policy at a fixed step count as a batched numpy sampler (obs (N,To,n), noise (N,H,A)) → chunk.
+
+    A policy with cameras also takes ``images``: {camera: (N, To, 3, H, W) uint8}, as its ONNX file does.
+    """
 
     def __init__(self, policy: GenerativePolicy, steps: int | None) -> None:
         self.policy, self.steps = policy.eval(), steps
         fast_float_mode()
 
     @torch.no_grad()
-    def __call__(self, obs: np.ndarray, noise: np.ndarray) -> np.ndarray:
-        return self.policy.sample(torch.from_numpy(obs), torch.from_numpy(noise), self.steps).numpy()
+    def __call__(self, obs: np.ndarray, noise: np.ndarray, images: dict[str, np.ndarray] | None = None) -> np.ndarray:
+        stacked = None
+        if self.policy.image_keys:
+            if images is None:
+                raise ValueError(f"this policy reads cameras {list(self.policy.image_keys)}: pass their images")
+            stacked = torch.stack([torch.from_numpy(np.asarray(images[k])) for k in self.policy.image_keys], dim=2)
+        return self.policy.sample(torch.from_numpy(obs), torch.from_numpy(noise), self.steps, images=stacked).numpy()
 
 
-def observation_windows(dataset_root: Path, spec: Spec, count: int, seed: int = 0) -> np.ndarray:
-    """``count`` observation histories (count, To, n) drawn from a dataset: recorded inputs for export checks."""
+def observation_windows(
+    dataset_root: Path, spec: Spec, count: int, seed: int = 0
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """``count`` observation histories (count, To, n) drawn from a dataset, and for a Spec with cameras their
+    frames {camera: (count, To, 3, H, W) uint8}: recorded inputs for export checks."""
     from policies.generative.data import ChunkWindows
 
-    episodes, _, _ = load_episodes(dataset_root)
+    keys = tuple(i.name for i in spec.images)
+    size = (spec.images[0].height, spec.images[0].width) if keys else None
+    episodes, _, _ = load_episodes(dataset_root, keys, size)
     windows = ChunkWindows(episodes, spec.observation_horizon, spec.action_chunk)
     idx = torch.from_numpy(np.random.default_rng(seed).integers(0, len(windows), count))
-    obs, _ = windows.gather(idx)
-    return obs.numpy().astype(np.float32)
+    obs = windows.gather(idx)[0].numpy().astype(np.float32)
+    if not keys:
+        return obs, {}
+    frames = windows.gather_images(idx).numpy()
+    return obs, {k: np.ascontiguousarray(frames[:, :, j]) for j, k in enumerate(keys)}
 
 
 def train_bc_run(
@@ -106,6 +172,9 @@ def train_bc_run(
     progress: bool = True,
     down_dims: tuple[int, ...] = (32, 64),
     lr: float = 3e-4,
+    image_keys: tuple[str, ...] = (),
+    image_size: tuple[int, int] | None = None,
+    batch_size: int = 256,
 ) -> Path:
     """Train a teacher (diffusion | flow, or MeanFlow from data) on a dataset; returns its checkpoint.
 
@@ -115,13 +184,24 @@ def train_bc_run(
     (32, 64, 128) — the third level is what kept a student above 1 ms. Diffusion Policy's paper
     uses (256, 512, 1024) and lr 1e-4 for ~5000 epochs; ``lr`` is 3e-4 because CPU runs are ~30×
     shorter.
+
+    ``image_keys`` adds cameras (video features ``observation.images.<key>``) to the state, each
+    frame resized to ``image_size`` (H, W; default: the first camera's recorded size); their frames
+    are decoded into memory once (K × 3·H·W bytes per step: 28 kB at 96×96).
     """
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, train_teacher
 
     fast_float_mode()
-    episodes, spec, _ = load_episodes(dataset)
-    spec = chunked(spec, obs_horizon, horizon, execution_horizon)
+    image_keys = tuple(image_keys)
+    if image_keys and image_size is None:
+        image_size = camera_size(load_dataset(dataset), image_keys)
+    episodes, spec, _ = load_episodes(dataset, image_keys, image_size)
+    images = tuple(ImageInput(k, *image_size) for k in image_keys) if image_size else ()
+    spec = chunked(spec, obs_horizon, horizon, execution_horizon, images)
+    options = PolicyOptions(down_dims=down_dims)
+    if image_keys:
+        options = dataclasses.replace(options, image_keys=image_keys, image_size=tuple(image_size))
     cfg = TrainConfig(
         method=method,
         max_steps=steps,
@@ -130,7 +210,8 @@ def train_bc_run(
         progress=progress,
         checkpoint_every=max(steps // 4, 1),
         lr=lr,
-        policy=PolicyOptions(down_dims=down_dims),
+        batch_size=batch_size,
+        policy=options,
     )
     return train_teacher(episodes, cfg, run_dir, spec.to_json())
 
@@ -146,20 +227,23 @@ def distill_run(
     dispersive_weight: float = 0.0,
     progress: bool = True,
     samples_per_window: int = 8,
+    batch_size: int = 256,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
 
     The student learns from ``samples_per_window`` teacher samples (DDIM 10 / Euler 10) per
     training window, drawn once. A teacher trained for another task or robot than the dataset's
-    is refused (`SpecMismatchError`).
+    is refused (`SpecMismatchError`). A teacher with cameras reads them from the dataset, resized to its size.
     """
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, distill_student
 
     fast_float_mode()
     _, teacher_spec, _, ckpt = load_generative(teacher)
-    episodes, spec, _ = load_episodes(dataset)
-    spec = chunked(spec, teacher_spec.observation_horizon, teacher_spec.action_chunk, teacher_spec.execution_horizon)
+    t = teacher_spec
+    size = (t.images[0].height, t.images[0].width) if t.images else None
+    episodes, spec, _ = load_episodes(dataset, tuple(i.name for i in t.images), size)
+    spec = chunked(spec, t.observation_horizon, t.action_chunk, t.execution_horizon, t.images)
     options = PolicyOptions(dispersive_weight=dispersive_weight)
     cfg = TrainConfig(
         method=method,
@@ -170,6 +254,7 @@ def distill_run(
         checkpoint_every=max(steps // 4, 1),
         warmup_steps=min(500, max(steps // 10, 1)),
         teacher_samples_per_window=samples_per_window,
+        batch_size=batch_size,
         policy=options,
     )
     return distill_student(ckpt, episodes, cfg, run_dir, spec.to_json())
