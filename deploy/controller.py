@@ -71,8 +71,8 @@ class PolicyController:
         chunking: ChunkConfig | None = None,
         seed: int = 0,
     ) -> None:
-        robot.check_model(policy.spec)
         require_no_cameras(policy.spec, getattr(policy, "path", "model"), "the policy node (joint states only)")
+        robot.check_model(policy.spec)
         self.policy = policy
         self.robot = robot
         self.spec = policy.spec

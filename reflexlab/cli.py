@@ -118,6 +118,7 @@ def export(
     num_obs: int = 1000,
     task: str | None = None,
     steps: int | None = None,
+    dataset: Path | None = None,
 ) -> None:
     """Export a checkpoint to ONE self-contained ONNX file (Spec in metadata) and verify it against torch.
 
@@ -130,6 +131,8 @@ def export(
         num_obs: recorded observations used to check onnxruntime against torch.
         task: refuse the checkpoint unless its Spec matches this task's (names the differing field).
         steps: sampling steps of a generative policy (default: 1 for students, 10 for teachers).
+        dataset: check a generative policy on this dataset's windows (state and camera frames) instead of
+            observations recorded by running it on its task.
     """
     from deploy.onnx_export import export_checkpoint, export_generative_checkpoint
     from policies.imitation import is_generative, load_generative
@@ -140,7 +143,7 @@ def export(
             from sim.registry import get_task
 
             get_task(task).spec().check_compatible(plain(load_generative(run_dir)[1]), context=f"task {task}")
-        result = export_generative_checkpoint(run_dir, out, steps=steps, num_obs=min(num_obs, 256))
+        result = export_generative_checkpoint(run_dir, out, steps=steps, num_obs=min(num_obs, 256), dataset=dataset)
     else:
         result = export_checkpoint(run_dir, out, num_obs=num_obs, task=task)
     print(f"wrote {out} (checkpoint sha256 {result['checkpoint_sha256'][:12]}…)")
@@ -188,6 +191,8 @@ def bc(
     execution_horizon: int = 8,
     down_dims: tuple[int, ...] = (32, 64),
     lr: float = 3e-4,
+    image_keys: tuple[str, ...] = (),
+    image_size: tuple[int, int] | None = None,
 ) -> None:
     """Train a generative teacher (1-D U-Net over action chunks, EMA) on demonstrations.
 
@@ -203,6 +208,9 @@ def bc(
         execution_horizon: actions executed per chunk (Ta).
         down_dims: U-Net channel widths per level (each level halves the chunk; H must divide by 2^(levels-1)).
         lr: AdamW peak learning rate (linear warm-up, cosine decay over ``steps``).
+        image_keys: cameras the policy reads beside the state (the dataset's video features
+            observation.images.KEY, e.g. side); none = state only.
+        image_size: HEIGHT WIDTH the camera frames are resized to (default: as recorded).
     """
     from policies.imitation import train_bc_run
 
@@ -219,6 +227,8 @@ def bc(
         execution_horizon,
         down_dims=down_dims,
         lr=lr,
+        image_keys=image_keys,
+        image_size=image_size,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
