@@ -62,14 +62,15 @@ def latency_us(onnx_path: Path, reps: int, seed: int = 0) -> dict[str, float]:
     gen = OnnxGenerator(onnx_path, threads=1, seed=seed)
     s = gen.spec
     obs = np.zeros((1, s.observation_horizon, s.policy_obs.size), np.float32)
+    images = {name: np.zeros((1, *shape), np.uint8) for name, shape in gen.image_shapes.items()}  # camera models
     rng = np.random.default_rng(seed)
     for _ in range(min(10, reps)):  # warm-up: first calls allocate
-        gen.sample(obs, rng.standard_normal((1, s.action_chunk, s.action.size)).astype(np.float32))
+        gen.sample(obs, rng.standard_normal((1, s.action_chunk, s.action.size)).astype(np.float32), images=images)
     times = []
     for _ in range(reps):
         noise = rng.standard_normal((1, s.action_chunk, s.action.size)).astype(np.float32)
         t0 = time.perf_counter_ns()
-        gen.sample(obs, noise)
+        gen.sample(obs, noise, images=images)
         times.append((time.perf_counter_ns() - t0) / 1e3)
     return {"p50": float(np.percentile(times, 50)), "p99": float(np.percentile(times, 99))}
 

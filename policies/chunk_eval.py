@@ -6,20 +6,26 @@ noise (N, H, A) to action chunks (N, H, A). Diffusion Policy's execution: the la
 observations (padded at the start by repeating the first), a chunk, its actions To−1 …
 To−1+Ta−1 executed open loop, then re-plan. The noise comes from one seeded generator, so two
 policies evaluated with the same seeds see the same initial states *and* the same noise draws.
+
+A policy whose Spec lists ``images`` also gets camera frames: the scene env renders each named MJCF
+camera at every control step (``env.render(camera, height, width)``), and the sampler is called as
+``sampler(obs, noise, images)`` with images {camera: (N, To, 3, H, W) uint8}, padded at the start as
+the observations are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
-from reflexlab.spec import Spec
+from reflexlab.spec import ImageInput, Spec
 from sim.registry import get_task
 
-Sampler = Callable[[np.ndarray, np.ndarray], np.ndarray]
+Sampler = Callable[..., np.ndarray]  # (obs, noise) → chunk, or (obs, noise, images) for a Spec with cameras
 
 
 @dataclass
@@ -51,15 +57,19 @@ def evaluate_chunks(
     entry.require("demo", "chunk-policy evaluation")
     entry.spec().check_compatible(_plain(spec), context=f"policy vs task {spec.task}")
     env = entry.task_class(len(seeds), episode_steps or entry.config().episode_steps)
+    if spec.images and not hasattr(env, "render"):
+        raise ValueError(f"the policy reads cameras but task {spec.task}'s scene env renders none")
     to, h, ta, a = spec.observation_horizon, spec.action_chunk, spec.execution_horizon, spec.action.size
     rng = np.random.default_rng(noise_seed)
     obs = env.reset(seeds)
     history = np.repeat(obs[:, None], to, axis=1)
+    frames = {c.name: np.repeat(_view(env, c)[:, None], to, axis=1) for c in spec.images}
     replans = 0
     bar = tqdm(total=env.episode_steps, desc=desc, unit="step", disable=not progress, leave=False)
     while not env.done.all():
         noise = rng.standard_normal((len(seeds), h, a)).astype(np.float32)
-        chunk = np.asarray(sampler(history.astype(np.float32), noise))
+        cams = (frames,) if spec.images else ()
+        chunk = np.asarray(sampler(history.astype(np.float32), noise, *cams))
         if chunk.shape != (len(seeds), h, a) or not np.isfinite(chunk).all():
             raise ValueError(
                 f"sampler returned {chunk.shape} (finite: {np.isfinite(chunk).all()}), want {(len(seeds), h, a)}"
@@ -70,14 +80,21 @@ def evaluate_chunks(
                 break
             obs, *_ = env.step(spec.action.to_targets(chunk[:, k]))
             history = np.concatenate([history[:, 1:], obs[:, None]], axis=1)
+            for c in spec.images:
+                frames[c.name] = np.concatenate([frames[c.name][:, 1:], _view(env, c)[:, None]], axis=1)
             bar.update(1)
     bar.close()
     m = env.episode_metrics()
     return EvalResult(m["max_coverage"], m["success"], env.steps.copy(), replans)
 
 
+def _view(env: Any, camera: ImageInput) -> np.ndarray:
+    """The camera's frames of every scene now, channel-first as policies take them: (N, 3, H, W) uint8."""
+    return np.ascontiguousarray(env.render(camera.name, camera.height, camera.width).transpose(0, 3, 1, 2))
+
+
 def _plain(spec: Spec) -> Spec:
-    """The Spec without its chunking fields: what the task itself declares."""
+    """The Spec without its chunking fields and camera inputs: what the task itself declares."""
     import dataclasses
 
-    return dataclasses.replace(spec, action_chunk=1, execution_horizon=1, observation_horizon=1)
+    return dataclasses.replace(spec, action_chunk=1, execution_horizon=1, observation_horizon=1, images=())

@@ -5,6 +5,10 @@ episode is written to the dataset as soon as it ends: a killed recording keeps e
 finished. Episode ``k`` of the batch uses seed ``seed + k`` for both the initial state and the
 expert's random choices, so a dataset is reproducible from its metadata. Failed expert episodes
 are not recorded (a demonstration is supposed to show the task done) but are counted.
+
+``cameras`` adds MJCF cameras of the scene as video features ``observation.images.<camera>``
+(square ``image_size`` frames, rendered offscreen with ``MUJOCO_GL=egl``), frame t showing the
+scene at the observation of step t, for policies that read cameras (`reflexlab bc --image-keys`).
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from tqdm import tqdm
 
 from reflexlab.dataset import DatasetWriter
 from sim.registry import get_task
+
+IMAGE_PREFIX = "observation.images."  # + MJCF camera name: the video feature a camera is recorded as
 
 FEATURES = {
     "observation.state": (6,),
@@ -39,14 +45,27 @@ class DemoSummary:
 
 
 def record_demos(
-    task: str, episodes: int, out: Path, seed: int = 0, num_envs: int = 8, progress: bool = True
+    task: str,
+    episodes: int,
+    out: Path,
+    seed: int = 0,
+    num_envs: int = 8,
+    progress: bool = True,
+    cameras: tuple[str, ...] = (),
+    image_size: int = 96,
 ) -> DemoSummary:
-    """Record ``episodes`` successful expert episodes of ``task`` into the dataset at ``out``."""
+    """Record ``episodes`` successful expert episodes of ``task`` into the dataset at ``out``, with the
+    scene's ``cameras`` as (image_size, image_size) RGB videos."""
     entry = get_task(task)
     entry.require("demo", "scripted demonstrations")
     spec = entry.spec()
     env = entry.task_class(num_envs, entry.config().episode_steps)
-    writer = DatasetWriter(out, fps=spec.control_rate_hz, robot_type=spec.robot, features=FEATURES, spec=spec)
+    if cameras and not hasattr(env, "render"):
+        raise ValueError(f"task {task} renders no cameras (its scene env has no render method)")
+    videos = {IMAGE_PREFIX + c: (image_size, image_size, 3) for c in cameras}
+    writer = DatasetWriter(
+        out, fps=spec.control_rate_hz, robot_type=spec.robot, features=FEATURES, spec=spec, videos=videos
+    )
     saved = attempted = two_sided = 0
     lengths: list[int] = []
     ccw = detours = 0
@@ -64,10 +83,18 @@ def record_demos(
                 acts = [None if env.done[i] else x.act(pusher[i], block[i]) for i, x in enumerate(experts)]
                 targets = np.array([a.target if a is not None else pusher[i] for i, a in enumerate(acts)])
                 live = ~env.done
+                live_ids = np.flatnonzero(live)
+                views = {
+                    c: dict(zip(live_ids, env.render(c, image_size, image_size, live_ids), strict=True))
+                    for c in cameras
+                }
                 next_obs, cov, newly_done, info = env.step(targets)
-                for i in np.flatnonzero(live):
+                for i in live_ids:
                     a = acts[i]
-                    frames[i].append((obs[i], targets[i], block[i], a.detour, a.two_sided, cov[i], info["success"][i]))
+                    images = {IMAGE_PREFIX + c: views[c][i] for c in cameras}
+                    frames[i].append(
+                        (obs[i], targets[i], block[i], a.detour, a.two_sided, cov[i], info["success"][i], images)
+                    )
                     if newly_done[i] and saved < episodes:
                         attempted += 1
                         if info["success"][i]:
@@ -93,7 +120,7 @@ def record_demos(
 
 def _save(writer: DatasetWriter, frames: list[tuple], task: str, seed: int, max_coverage: float) -> None:
     last = len(frames) - 1
-    for k, (obs, target, block, detour, two_sided, cov, success) in enumerate(frames):
+    for k, (obs, target, block, detour, two_sided, cov, success, images) in enumerate(frames):
         writer.add_frame(
             {
                 "observation.state": obs,
@@ -101,6 +128,7 @@ def _save(writer: DatasetWriter, frames: list[tuple], task: str, seed: int, max_
                 "observation.environment_state": block.astype(np.float32),
                 "expert.detour": np.array([detour], np.float32),
                 "expert.two_sided": np.array([float(two_sided)], np.float32),
+                **images,
             },
             reward=float(cov),
             terminated=bool(success),

@@ -98,9 +98,10 @@ def train_teacher(episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json
     ema = EMA(policy, max_decay=cfg.ema_max_decay)
     extra = {"spec": spec.to_dict(), "train_config": dataclasses.asdict(cfg), "role": "teacher"}
 
-    def loss_fn(obs: torch.Tensor, actions: torch.Tensor, images: torch.Tensor | None = None) -> Loss:
+    def camera_loss(obs: torch.Tensor, actions: torch.Tensor, images: torch.Tensor) -> Loss:
         return policy.loss(obs, actions, images=images)
 
+    loss_fn = camera_loss if cfg.policy.image_keys else policy.loss  # state only: exactly as before cameras
     return _fit(policy, loss_fn, windows, ema, cfg, Path(run_dir), extra)
 
 

@@ -145,6 +145,7 @@ class PushTEnv:
         self.steps = np.zeros(num_envs, dtype=np.int64)
         self.max_coverage = np.zeros(num_envs)
         self.done = np.zeros(num_envs, dtype=bool)
+        self._renderer = None  # a sim.render.SceneRenderer once a camera is asked for
 
     # --- state ---------------------------------------------------------------------------------
     def block_pose(self) -> np.ndarray:
@@ -164,6 +165,16 @@ class PushTEnv:
 
     def coverage(self) -> np.ndarray:
         return G.coverage(self.block_pose())
+
+    def render(self, camera: str, height: int, width: int, scenes: np.ndarray | None = None) -> np.ndarray:
+        """(N, height, width, 3) uint8 RGB frames of MJCF camera ``camera`` (e.g. "side"), now, of every scene
+        or of the scene indices ``scenes``."""
+        if self._renderer is None:
+            from sim.render import SceneRenderer
+
+            self._renderer = SceneRenderer(self.model)
+        chosen = self.scenes if scenes is None else [self.scenes[i] for i in scenes]
+        return self._renderer.render([s.data for s in chosen], camera, height, width)
 
     def episode_metrics(self) -> dict[str, np.ndarray]:
         """Per-scene scores of the current episodes, in both published Push-T conventions.
