@@ -83,11 +83,27 @@ class TeacherSamples:
         noise = torch.randn((len(obs), teacher.cfg.horizon, teacher.cfg.action_dim), generator=gen)
         chunk = torch.empty_like(noise)
         bar = tqdm(total=len(obs), desc=f"teacher@{steps} samples", file=sys.stderr, disable=not progress)
-        for start in range(0, len(obs), batch_size):
-            sl = slice(start, start + batch_size)
-            images = None if window is None else windows.gather_images(window[sl]).to(device)
-            chunk[sl] = teacher.sample(obs[sl].to(device), noise[sl].to(device), steps, images=images).cpu()
-            bar.update(len(chunk[sl]))
+        if window is None:
+            for start in range(0, len(obs), batch_size):
+                sl = slice(start, start + batch_size)
+                chunk[sl] = teacher.sample(obs[sl].to(device), noise[sl].to(device), steps).cpu()
+                bar.update(len(chunk[sl]))
+        else:
+            # Cameras: encode each window's frames once (in eval mode the condition is deterministic), in
+            # small batches (conv activations of 4096 windows would take GBs), and share it over the draws.
+            cond = torch.cat(
+                [
+                    teacher.condition(
+                        all_obs[sl].to(device), windows.gather_images(torch.arange(len(windows))[sl]).to(device)
+                    )
+                    for sl in (slice(i, i + 256) for i in range(0, len(windows), 256))
+                ]
+            )
+            for start in range(0, len(obs), batch_size):
+                sl = slice(start, start + batch_size)
+                x = teacher.sample_normalized(cond[window[sl].to(device)], noise[sl].to(device), steps)
+                chunk[sl] = teacher.action_norm.unnormalize(x).cpu()
+                bar.update(len(chunk[sl]))
         bar.close()
         if not torch.isfinite(chunk).all():
             raise FloatingPointError("the teacher produced non-finite chunks: its checkpoint is broken")
