@@ -1,8 +1,9 @@
+import dataclasses
 import math
 
 import pytest
 
-from reflexlab.spec import ActionSpec, Spec, SpecMismatchError
+from reflexlab.spec import ActionSpec, ImageInput, Spec, SpecMismatchError
 from sim.registry import get_task
 
 
@@ -91,3 +92,20 @@ def test_console_script_runs_outside_the_checkout(tmp_path) -> None:
         timeout=120,
     )
     assert out.returncode == 0 and out.stdout.strip() == "0.1.0", out.stderr
+
+
+def test_images_field_is_optional_and_compared() -> None:
+    """Spec.images (cameras a generator reads): absent from a state-only Spec's JSON, so older Specs and files
+    read and compare exactly as before; round-trips when present; a difference is named."""
+    spec = get_task("panda-push-t").spec()
+    assert "images" not in spec.to_dict() and spec.images == ()
+    assert Spec.from_json(spec.to_json()) == spec
+    cams = dataclasses.replace(spec, images=(ImageInput("side", 96, 96),))
+    d = cams.to_dict()
+    assert d["images"] == [{"name": "side", "height": 96, "width": 96}]
+    assert Spec.from_dict(d) == cams and cams.images[0].shape == (3, 96, 96)
+    with pytest.raises(SpecMismatchError) as err:
+        spec.check_compatible(cams)
+    assert err.value.field == "images"
+    with pytest.raises(ValueError, match="twice"):
+        dataclasses.replace(spec, images=(ImageInput("side", 8, 8), ImageInput("side", 8, 8)))
