@@ -6,7 +6,8 @@ must beat) and each one-step student. Task scores follow both published Push-T c
 of each episode's maximum coverage; success = coverage ≥ 0.95) and are reported mean ± std over
 training seeds. Latency is onnxruntime's, batch 1, one thread, on the exported files. Where the
 task knows its expert's modes (``two_sided_states``/``chunk_mode`` on its env class), each
-policy's chunks at the expert's two-sided states are classified over 100 noise samples.
+policy's chunks at the expert's two-sided states are classified over 100 noise samples. The first
+evaluation seed's episode of each policy is filmed (``OUT_DIR/distill_videos/<policy>_<steps>.mp4``).
 
 Missing pieces are made first, so one command goes from nothing to the table: demonstrations
 (``WORK_DIR/demos``), then per training seed a teacher and its students
@@ -31,7 +32,7 @@ class DistillBudget:
     """How much each stage gets: CI-sized with ``quick``, otherwise the measured configuration."""
 
     demos: int = 200
-    teacher_steps: int = 20_000
+    teacher_steps: int = 30_000
     teacher_time_s: float | None = None
     student_steps: int = 5_000
     student_time_s: float | None = None
@@ -101,8 +102,16 @@ def bench_distill(
         for name, run, steps in entries:
             policy, spec, _, _ = load_generative(run)
             sampler = TorchSampler(policy, steps)
+            video = out_dir / "distill_videos" / f"{name.replace('@', '_')}.mp4" if seed == train_seeds[0] else None
             res = evaluate_chunks(
-                sampler, spec, eval_seeds, noise_seed=seed, episode_steps=budget.eval_steps, progress=table, desc=name
+                sampler,
+                spec,
+                eval_seeds,
+                noise_seed=seed,
+                episode_steps=budget.eval_steps,
+                progress=table,
+                desc=name,
+                video=video,
             )
             r = rows.setdefault(name, {})
             for k, v in res.summary().items():

@@ -60,3 +60,4 @@ def test_bench_distill_quick_runs_the_whole_pipeline(tmp_path: Path) -> None:
     assert "consistency_mean_max_coverage_gain_over_teacher1" in m
     assert (tmp_path / "out" / "distill.png").is_file() and (tmp_path / "out" / "distill.json").is_file()
     assert (tmp_path / "work" / "demos" / "meta" / "info.json").is_file()
+    assert (tmp_path / "out" / "distill_videos" / "consistency_1.mp4").stat().st_size > 1000
