@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,14 @@ def evaluate_chunks(
     episode_steps: int | None = None,
     progress: bool = False,
     desc: str = "eval",
+    video: Path | None = None,
+    video_camera: str = "top",
 ) -> EvalResult:
-    """Run one episode per seed (all in one batch) with ``sampler`` choosing actions."""
+    """Run one episode per seed (all in one batch) with ``sampler`` choosing actions.
+
+    With ``video``, the first seed's episode is rendered from the task's ``video_camera`` at the
+    control rate into an MP4 (320×240; software EGL renders one frame in ~10–40 ms here).
+    """
     entry = get_task(spec.task)
     entry.require("demo", "chunk-policy evaluation")
     entry.spec().check_compatible(_plain(spec), context=f"policy vs task {spec.task}")
@@ -65,6 +72,10 @@ def evaluate_chunks(
     history = np.repeat(obs[:, None], to, axis=1)
     frames = {c.name: np.repeat(_view(env, c)[:, None], to, axis=1) for c in spec.images}
     replans = 0
+    film: list[np.ndarray] = []
+    renderer = _Filming(env, video_camera) if video is not None else None
+    if renderer is not None:
+        film.append(renderer.frame())
     bar = tqdm(total=env.episode_steps, desc=desc, unit="step", disable=not progress, leave=False)
     while not env.done.all():
         noise = rng.standard_normal((len(seeds), h, a)).astype(np.float32)
@@ -78,12 +89,20 @@ def evaluate_chunks(
         for k in range(to - 1, to - 1 + ta):
             if env.done.all():
                 break
+            filming = renderer is not None and not env.done[0]
             obs, *_ = env.step(spec.action.to_targets(chunk[:, k]))
             history = np.concatenate([history[:, 1:], obs[:, None]], axis=1)
             for c in spec.images:
                 frames[c.name] = np.concatenate([frames[c.name][:, 1:], _view(env, c)[:, None]], axis=1)
+            if filming:
+                film.append(renderer.frame())
             bar.update(1)
     bar.close()
+    if renderer is not None:
+        renderer.close()
+        from policies.evaluate import _write_video
+
+        _write_video(video, film, fps=round(spec.control_rate_hz))
     m = env.episode_metrics()
     return EvalResult(m["max_coverage"], m["success"], env.steps.copy(), replans)
 
@@ -91,6 +110,23 @@ def evaluate_chunks(
 def _view(env: Any, camera: ImageInput) -> np.ndarray:
     """The camera's frames of every scene now, channel-first as policies take them: (N, 3, H, W) uint8."""
     return np.ascontiguousarray(env.render(camera.name, camera.height, camera.width).transpose(0, 3, 1, 2))
+
+
+class _Filming:
+    """Renders scene 0 of a demonstration task's batched env (its MuJoCo model and first MjData)."""
+
+    def __init__(self, env: Any, camera: str) -> None:
+        import mujoco
+
+        self.env, self.camera = env, camera
+        self.renderer = mujoco.Renderer(env.model, height=240, width=320)
+
+    def frame(self) -> np.ndarray:
+        self.renderer.update_scene(self.env.scenes[0].data, camera=self.camera)
+        return self.renderer.render().copy()
+
+    def close(self) -> None:
+        self.renderer.close()
 
 
 def _plain(spec: Spec) -> Spec:

@@ -74,6 +74,17 @@ def test_evaluation_is_seeded(runs: dict[str, Path]) -> None:
     assert set(a.summary()) == {"mean_max_coverage", "success_rate", "mean_steps"}
 
 
+def test_evaluation_films_the_first_episode(runs: dict[str, Path], tmp_path: Path) -> None:
+    import imageio.v3 as iio
+
+    policy, spec, _, _ = load_generative(runs["consistency"])
+    video = tmp_path / "rollout.mp4"
+    res = evaluate_chunks(TorchSampler(policy, 1), spec, [100, 101], episode_steps=5, video=video, video_camera="side")
+    frames = iio.imread(video)
+    assert frames.shape == (res.steps[0] + 1, 240, 320, 3)  # the initial state, then one frame per control step
+    assert frames.std() > 10  # a rendered scene, not a blank image
+
+
 def test_distillation_refuses_a_teacher_for_another_task(runs: dict[str, Path], tmp_path: Path) -> None:
     ds = load_dataset(runs["demos"])
     other = dataclasses.replace(ds.spec, task="panda-push-l")

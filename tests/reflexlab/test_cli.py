@@ -58,5 +58,7 @@ def test_bench_distill_quick_runs_the_whole_pipeline(tmp_path: Path) -> None:
     # one network call vs a hundred, in the same run
     assert m["latency_ratio_teacher100_to_consistency"] > 5
     assert "consistency_mean_max_coverage_gain_over_teacher1" in m
+    assert "consistency: latency p99 <= 1000 us" in m["bars"] and "meanflow: both modes kept" in m["bars"]
     assert (tmp_path / "out" / "distill.png").is_file() and (tmp_path / "out" / "distill.json").is_file()
     assert (tmp_path / "work" / "demos" / "meta" / "info.json").is_file()
+    assert (tmp_path / "out" / "distill_videos" / "consistency_1.mp4").stat().st_size > 1000

@@ -1,0 +1,38 @@
+"""The bench's verdict on the issue's bars, from measured rows."""
+
+from __future__ import annotations
+
+from policies.bench_distill import bars
+
+
+def _row(cov: float, succ: float, p50: float, p99: float, ccw: float, both: float) -> dict[str, list[float]]:
+    return {
+        "mean_max_coverage": [cov],
+        "success_rate": [succ],
+        "latency_p50_us": [p50],
+        "latency_p99_us": [p99],
+        "mode_ccw_fraction": [ccw],
+        "mode_cw_fraction": [1 - ccw],
+        "states_with_both_modes_fraction": [both],
+    }
+
+
+def test_a_good_student_meets_every_bar_and_a_collapsed_slow_one_none() -> None:
+    rows = {
+        "diffusion@100": _row(0.80, 0.40, 90_000, 95_000, 0.55, 0.95),
+        "diffusion@1": _row(0.30, 0.00, 900, 1_000, 0.5, 0.9),
+        "consistency@1": _row(0.78, 0.39, 500, 800, 0.52, 0.9),
+        "meanflow@1": _row(0.60, 0.10, 4_000, 5_000, 0.9, 0.3),
+    }
+    got = bars(rows, "diffusion", ("consistency", "meanflow"), (100, 10, 1))
+    good = {k: v for k, v in got.items() if k.startswith("consistency")}
+    bad = {k: v for k, v in got.items() if k.startswith("meanflow")}
+    assert len(good) == 6 and all(good.values()), good
+    assert not any(v for k, v in bad.items() if "teacher@1 +" not in k), bad  # all but the gain over teacher@1
+    assert bad["meanflow: mean max coverage >= teacher@1 + 0.1"]
+
+
+def test_a_teacher_that_never_succeeds_gives_no_ratio_to_meet() -> None:
+    rows = {n: _row(0.4, 0.0, 1000, 1000, 0.5, 1.0) for n in ("diffusion@100", "diffusion@1", "consistency@1")}
+    got = bars(rows, "diffusion", ("consistency",), (100, 1))
+    assert got["consistency: success_rate >= 95% of teacher@100"] is False
