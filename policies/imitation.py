@@ -9,7 +9,9 @@ policies as batched samplers for evaluation.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +23,28 @@ from policies.generative.policy import GenerativePolicy
 from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import ImageInput, Spec
 
+_flush_depth = 0
 
-def fast_float_mode() -> None:
-    """Flush denormal floats to zero: on this CPU a U-Net step with denormals ran 40× slower (5.3 s vs 0.13 s).
+
+@contextlib.contextmanager
+def flush_denormals() -> Iterator[None]:
+    """Flush denormal floats to zero inside the block: a U-Net step with denormals ran 40× slower here (5.3 vs 0.13 s).
 
     Diffusion training drives many activations towards zero; x86 handles subnormal results in
-    microcode. Flushing changes nothing a float32 network can resolve.
+    microcode. Flushing changes nothing a float32 network can resolve. The flag is processor state
+    of the whole process, so it is set only while our training or sampling runs and cleared after
+    (left set, it broke hypothesis, which refuses to run without subnormals). Blocks may nest.
     """
-    torch.set_flush_denormal(True)
+    global _flush_depth
+    if _flush_depth == 0:
+        torch.set_flush_denormal(True)
+    _flush_depth += 1
+    try:
+        yield
+    finally:
+        _flush_depth -= 1
+        if _flush_depth == 0:
+            torch.set_flush_denormal(False)
 
 
 IMAGE_FEATURE_PREFIX = "observation.images."  # + camera key: a dataset's video feature
@@ -128,7 +144,6 @@ class TorchSampler:
 
     def __init__(self, policy: GenerativePolicy, steps: int | None) -> None:
         self.policy, self.steps = policy.eval(), steps
-        fast_float_mode()
 
     @torch.no_grad()
     def __call__(self, obs: np.ndarray, noise: np.ndarray, images: dict[str, np.ndarray] | None = None) -> np.ndarray:
@@ -137,7 +152,9 @@ class TorchSampler:
             if images is None:
                 raise ValueError(f"this policy reads cameras {list(self.policy.image_keys)}: pass their images")
             stacked = torch.stack([torch.from_numpy(np.asarray(images[k])) for k in self.policy.image_keys], dim=2)
-        return self.policy.sample(torch.from_numpy(obs), torch.from_numpy(noise), self.steps, images=stacked).numpy()
+        with flush_denormals():
+            chunk = self.policy.sample(torch.from_numpy(obs), torch.from_numpy(noise), self.steps, images=stacked)
+        return chunk.numpy()
 
 
 def observation_windows(
@@ -192,7 +209,6 @@ def train_bc_run(
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, train_teacher
 
-    fast_float_mode()
     image_keys = tuple(image_keys)
     if image_keys and image_size is None:
         image_size = camera_size(load_dataset(dataset), image_keys)
@@ -213,7 +229,8 @@ def train_bc_run(
         batch_size=batch_size,
         policy=options,
     )
-    return train_teacher(episodes, cfg, run_dir, spec.to_json())
+    with flush_denormals():
+        return train_teacher(episodes, cfg, run_dir, spec.to_json())
 
 
 def distill_run(
@@ -238,7 +255,6 @@ def distill_run(
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, distill_student
 
-    fast_float_mode()
     _, teacher_spec, _, ckpt = load_generative(teacher)
     t = teacher_spec
     size = (t.images[0].height, t.images[0].width) if t.images else None
@@ -257,4 +273,5 @@ def distill_run(
         batch_size=batch_size,
         policy=options,
     )
-    return distill_student(ckpt, episodes, cfg, run_dir, spec.to_json())
+    with flush_denormals():
+        return distill_student(ckpt, episodes, cfg, run_dir, spec.to_json())
