@@ -522,7 +522,9 @@ class Dataset:
         length = self._episodes[i]["length"]
         first = round(self._episodes[i][f"videos/{key}/from_timestamp"] * self.fps)
         count = 0
-        reader = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24")
+        # -nostdin: ffmpeg 9 otherwise prints "Press [q] to stop" into the middle of the stream line
+        # that imageio-ffmpeg parses for the frame size, and a short file then fails to open at random.
+        reader = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24", input_params=["-nostdin"])
         try:
             meta = next(reader)
             if tuple(meta["size"]) != (width, height):

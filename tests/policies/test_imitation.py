@@ -4,6 +4,7 @@ and the refusals on the way: a teacher from another task, a corrupt dataset, wro
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -75,14 +76,21 @@ def test_evaluation_is_seeded(runs: dict[str, Path]) -> None:
 
 
 def test_evaluation_films_the_first_episode(runs: dict[str, Path], tmp_path: Path) -> None:
-    import imageio.v3 as iio
-
     policy, spec, _, _ = load_generative(runs["consistency"])
     video = tmp_path / "rollout.mp4"
     res = evaluate_chunks(TorchSampler(policy, 1), spec, [100, 101], episode_steps=5, video=video, video_camera="side")
-    frames = iio.imread(video)
+    frames = np.stack(list(_frames(video)))
     assert frames.shape == (res.steps[0] + 1, 240, 320, 3)  # the initial state, then one frame per control step
     assert frames.std() > 10  # a rendered scene, not a blank image
+
+
+def _frames(path: Path) -> Iterator[np.ndarray]:
+    import imageio_ffmpeg
+
+    reader = imageio_ffmpeg.read_frames(str(path), input_params=["-nostdin"])
+    w, h = next(reader)["size"]
+    for raw in reader:
+        yield np.frombuffer(raw, np.uint8).reshape(h, w, 3)
 
 
 def test_distillation_refuses_a_teacher_for_another_task(runs: dict[str, Path], tmp_path: Path) -> None:
