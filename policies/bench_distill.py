@@ -272,8 +272,10 @@ def _flatten(
 
 
 def _print(rows: dict[str, dict[str, list[float]]], train_seeds: tuple[int, ...]) -> None:
-    def ms(v: list[float], fmt: str = "{:.3f}") -> str:
-        return fmt.format(np.mean(v)) + (f" ± {fmt.format(np.std(v))}" if len(v) > 1 else "")
+    def ms(v: list[float], sem: list[float], fmt: str = "{:.3f}") -> str:
+        """Mean ± std over training seeds, or ± the episodes' standard error for one seed."""
+        spread = np.std(v) if len(v) > 1 else sem[0]
+        return fmt.format(np.mean(v)) + f" ± {fmt.format(spread)}" + ("" if len(v) > 1 else " (sem)")
 
     table = []
     for name, r in rows.items():
@@ -281,8 +283,8 @@ def _print(rows: dict[str, dict[str, list[float]]], train_seeds: tuple[int, ...]
         table.append(
             (
                 name,
-                ms(r["mean_max_coverage"]),
-                ms(r["success_rate"]),
+                ms(r["mean_max_coverage"], r["mean_max_coverage_sem"]),
+                ms(r["success_rate"], r["success_rate_sem"]),
                 f"{r.get('latency_p50_us', [float('nan')])[0]:.0f}",
                 f"{r.get('latency_p99_us', [float('nan')])[0]:.0f}",
                 modes,

@@ -37,9 +37,14 @@ class EvalResult:
     replans: int
 
     def summary(self) -> dict[str, float]:
+        """Both published scores, with their standard errors over the episodes (what one seed's luck is worth)."""
+        n = len(self.max_coverage)
+        p = float(self.success.mean())
         return {
             "mean_max_coverage": float(self.max_coverage.mean()),
-            "success_rate": float(self.success.mean()),
+            "mean_max_coverage_sem": float(self.max_coverage.std(ddof=1) / np.sqrt(n)) if n > 1 else 0.0,
+            "success_rate": p,
+            "success_rate_sem": float(np.sqrt(p * (1 - p) / n)),
             "mean_steps": float(self.steps.mean()),
         }
 

@@ -72,7 +72,11 @@ def test_evaluation_is_seeded(runs: dict[str, Path]) -> None:
     b = evaluate_chunks(sampler, spec, [100, 101], noise_seed=3, episode_steps=16)
     np.testing.assert_array_equal(a.max_coverage, b.max_coverage)
     assert a.replans == 2 and a.steps.tolist() == [16, 16]
-    assert set(a.summary()) == {"mean_max_coverage", "success_rate", "mean_steps"}
+    summary = a.summary()
+    assert set(summary) == {
+        "mean_max_coverage", "mean_max_coverage_sem", "success_rate", "success_rate_sem", "mean_steps",
+    }  # fmt: skip
+    assert summary["mean_max_coverage_sem"] == pytest.approx(a.max_coverage.std(ddof=1) / np.sqrt(2))
 
 
 def test_evaluation_films_the_first_episode(runs: dict[str, Path], tmp_path: Path) -> None:
