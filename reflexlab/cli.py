@@ -299,11 +299,11 @@ def bench(
     teacher: Literal["diffusion", "flow"] = "diffusion",
     students: tuple[Literal["consistency", "meanflow"], ...] = ("consistency", "meanflow"),
     train_seeds: tuple[int, ...] = (0,),
-    teacher_steps: int = 20_000,
-    student_steps: int = 5_000,
+    teacher_steps: int = 26_000,
+    student_steps: int = 6_000,
     teacher_time_budget_s: float | None = None,
     student_time_budget_s: float | None = None,
-    episodes: int = 50,
+    episodes: int = 100,
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
 

@@ -32,6 +32,19 @@ def test_a_good_student_meets_every_bar_and_a_collapsed_slow_one_none() -> None:
     assert bad["meanflow: mean max coverage >= teacher@1 + 0.1"]
 
 
+def test_modes_are_judged_against_the_teachers_own() -> None:
+    rows = {
+        "diffusion@100": _row(0.9, 0.7, 90_000, 95_000, 0.65, 0.75),  # commits to one way at a quarter of states
+        "diffusion@1": _row(0.3, 0.0, 900, 1_000, 0.5, 0.8),
+        "kept@1": _row(0.9, 0.7, 500, 800, 0.66, 0.70),
+        "collapsed@1": _row(0.9, 0.7, 500, 800, 0.95, 0.70),  # rarer way only 5 % of the samples
+        "fewer@1": _row(0.9, 0.7, 500, 800, 0.6, 0.55),  # both ways at too few states
+    }
+    got = bars(rows, "diffusion", ("kept", "collapsed", "fewer"), (100, 1))
+    assert got["kept: both modes kept"]
+    assert not got["collapsed: both modes kept"] and not got["fewer: both modes kept"]
+
+
 def test_a_teacher_that_never_succeeds_gives_no_ratio_to_meet() -> None:
     rows = {n: _row(0.4, 0.0, 1000, 1000, 0.5, 1.0) for n in ("diffusion@100", "diffusion@1", "consistency@1")}
     got = bars(rows, "diffusion", ("consistency",), (100, 1))
