@@ -34,8 +34,10 @@ class DistillBudget:
     demos: int = 200
     teacher_steps: int = 26_000
     teacher_time_s: float | None = None
-    student_steps: int = 6_000
+    student_steps: int = 24_000
+    meanflow_steps: int = 5_000  # a MeanFlow step (forward + JVP) costs ~2.5 consistency steps
     student_time_s: float | None = None
+    teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
     eval_episodes: int = 100
     eval_steps: int | None = None  # episode length cap; the task's own when None
     latency_reps: int = 300
@@ -49,6 +51,8 @@ class DistillBudget:
             eval_steps=40,
             teacher_steps=150,
             student_steps=60,
+            meanflow_steps=60,
+            teacher_sampling_steps=10,
             eval_episodes=4,
             latency_reps=20,
             mode_samples=16,
@@ -172,7 +176,16 @@ def _ensure_runs(
     for m in students:
         runs[m] = root / m
         if not list(runs[m].glob("model_*.pt")):
-            distill_run(runs[teacher], m, dataset, runs[m], budget.student_steps, budget.student_time_s, seed)
+            distill_run(
+                runs[teacher],
+                m,
+                dataset,
+                runs[m],
+                budget.meanflow_steps if m == "meanflow" else budget.student_steps,
+                budget.student_time_s,
+                seed,
+                teacher_sampling_steps=budget.teacher_sampling_steps,
+            )
     return runs
 
 

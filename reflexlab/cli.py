@@ -242,17 +242,19 @@ def distill(
     method: Literal["consistency", "meanflow"] = "consistency",
     dataset: Path = Path("runs/panda-push-t/demos"),
     run_dir: Path = Path("runs/panda-push-t/consistency"),
-    steps: int = 5_000,
+    steps: int = 24_000,
     time_budget_s: float | None = None,
     seed: int = 0,
     dispersive_weight: float = 0.0,
     samples_per_window: int = 8,
+    lr: float = 1e-3,
+    teacher_sampling_steps: int = 100,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
     Args:
         teacher: teacher run folder or checkpoint.
-        method: consistency (regress onto the teacher's 10-step samples from the same noise) or meanflow
+        method: consistency (regress onto the teacher's samples from the same noise) or meanflow
             (average velocity of the straight paths from each noise to the teacher's sample; one step).
         dataset: the dataset whose observations condition the student; must match the teacher's Spec.
         run_dir: checkpoints and TensorBoard logs.
@@ -261,13 +263,26 @@ def distill(
         seed: torch seed.
         dispersive_weight: DMPO's dispersive regulariser on the observation embedding (0 = off; DMPO uses 0.5).
         samples_per_window: teacher samples drawn (once, before training) per dataset window.
+        lr: AdamW peak learning rate (linear warm-up, cosine decay over ``steps``).
+        teacher_sampling_steps: DDIM / Euler steps of the teacher samples the student learns.
     """
     from policies.imitation import distill_run
 
     _require(teacher, "a teacher run (reflexlab bc)")
     _require(dataset, "a dataset (reflexlab demos)")
     ckpt = distill_run(
-        teacher, method, dataset, run_dir, steps, time_budget_s, seed, dispersive_weight, True, samples_per_window
+        teacher,
+        method,
+        dataset,
+        run_dir,
+        steps,
+        time_budget_s,
+        seed,
+        dispersive_weight,
+        True,
+        samples_per_window,
+        lr=lr,
+        teacher_sampling_steps=teacher_sampling_steps,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
@@ -300,9 +315,11 @@ def bench(
     students: tuple[Literal["consistency", "meanflow"], ...] = ("consistency", "meanflow"),
     train_seeds: tuple[int, ...] = (0,),
     teacher_steps: int = 26_000,
-    student_steps: int = 6_000,
+    student_steps: int = 24_000,
+    meanflow_steps: int = 5_000,
     teacher_time_budget_s: float | None = None,
     student_time_budget_s: float | None = None,
+    teacher_sampling_steps: int = 100,
     episodes: int = 100,
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
@@ -331,9 +348,11 @@ def bench(
         students: one-step students (distill).
         train_seeds: training seeds; scores are mean ± std over them (distill).
         teacher_steps: teacher optimiser steps when it must be trained (distill).
-        student_steps: student optimiser steps when they must be trained (distill).
+        student_steps: consistency student optimiser steps when it must be trained (distill).
+        meanflow_steps: MeanFlow student optimiser steps (distill; one step costs ~2.5 consistency steps).
         teacher_time_budget_s: stop teacher training earlier (distill).
         student_time_budget_s: stop student training earlier (distill).
+        teacher_sampling_steps: DDIM / Euler steps of the teacher samples the students learn (distill).
         episodes: seeded evaluation episodes per policy (distill).
     """
     if what == "distill":
@@ -346,7 +365,9 @@ def bench(
                 teacher_steps=teacher_steps,
                 teacher_time_s=teacher_time_budget_s,
                 student_steps=student_steps,
+                meanflow_steps=meanflow_steps,
                 student_time_s=student_time_budget_s,
+                teacher_sampling_steps=teacher_sampling_steps,
                 eval_episodes=episodes,
             )
         )

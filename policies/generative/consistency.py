@@ -17,7 +17,11 @@ import torch.nn.functional as F
 
 from policies.generative.policy import GenerativePolicy
 
-TEACHER_STEPS = 10  # RL-100: DDIM 10
+# RL-100 distils DDIM 10. On panda-push-t the teacher at 10 steps scores 0.869 / 0.47 (coverage /
+# success) against 0.919 / 0.69 at 100, and a student can only inherit what its targets hold: one
+# distilled from DDIM-100 samples scored 0.839 / 0.32 where the same run on DDIM-10 samples scored
+# 0.817 / 0.24 (12,000 steps, 50 episodes). Drawing them once costs ~16 CPU-minutes for 72,704 pairs.
+TEACHER_STEPS = 100
 
 
 def distillation_loss(

@@ -33,8 +33,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {"demos": demos, "diffusion": teacher}
     for method in ("consistency", "meanflow"):
         out[method] = root / method
-        distill_run(teacher, method, demos, out[method], 6, None, 0, progress=False)
+        distill_run(teacher, method, demos, out[method], 6, None, 0, progress=False, **DISTILL[method])
     return out
+
+
+DISTILL = {"consistency": {"lr": 5e-4, "teacher_sampling_steps": 3}, "meanflow": {}}
 
 
 def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
@@ -46,6 +49,9 @@ def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
         assert student.method == method and s_spec == spec
         assert s_extra["role"] == "student" and s_extra["teacher_method"] == "diffusion"
         assert is_generative(runs[method])
+        cfg = s_extra["train_config"]
+        want = DISTILL[method] or {"lr": 1e-3, "teacher_sampling_steps": 100}
+        assert (cfg["lr"], cfg["teacher_steps"]) == (want["lr"], want["teacher_sampling_steps"])
 
 
 @pytest.mark.parametrize(("run", "steps"), [("consistency", None), ("meanflow", None), ("diffusion", 3)])
