@@ -35,7 +35,7 @@ class DistillBudget:
     teacher_steps: int = 26_000
     teacher_time_s: float | None = None
     student_steps: int = 24_000
-    meanflow_steps: int = 5_000  # a MeanFlow step (forward + JVP) costs ~2.5 consistency steps
+    meanflow_steps: int = 10_000  # a MeanFlow step (forward + JVP) costs ~2.5 consistency steps: ~40 min each
     student_time_s: float | None = None
     teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
     eval_episodes: int = 100

@@ -316,7 +316,7 @@ def bench(
     train_seeds: tuple[int, ...] = (0,),
     teacher_steps: int = 26_000,
     student_steps: int = 24_000,
-    meanflow_steps: int = 5_000,
+    meanflow_steps: int = 10_000,
     teacher_time_budget_s: float | None = None,
     student_time_budget_s: float | None = None,
     teacher_sampling_steps: int = 100,
