@@ -38,6 +38,7 @@ class DistillBudget:
     meanflow_steps: int = 10_000  # a MeanFlow step (forward + JVP) costs ~2.5 consistency steps: ~40 min each
     student_time_s: float | None = None
     teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
+    unexecuted_step_weight: float = 1.0  # students' loss weight of chunk steps never executed
     eval_episodes: int = 100
     eval_steps: int | None = None  # episode length cap; the task's own when None
     latency_reps: int = 300
@@ -185,6 +186,7 @@ def _ensure_runs(
                 budget.student_time_s,
                 seed,
                 teacher_sampling_steps=budget.teacher_sampling_steps,
+                unexecuted_step_weight=budget.unexecuted_step_weight,
             )
     return runs
 

@@ -247,6 +247,7 @@ def distill_run(
     batch_size: int = 256,
     lr: float = 1e-3,
     teacher_sampling_steps: int = 100,
+    unexecuted_step_weight: float = 1.0,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
 
@@ -257,7 +258,8 @@ def distill_run(
     consistency student's loss ended at 0.0014 instead of 0.0020 and it scored 0.778 / 0.26
     (coverage / success) instead of 0.732 / 0.12 at 1e-4. A teacher trained for another task or
     robot than the dataset's is refused (`SpecMismatchError`). A teacher with cameras reads them
-    from the dataset, resized to its size.
+    from the dataset, resized to its size. ``unexecuted_step_weight`` weighs the loss on the chunk
+    steps a receding-horizon controller never executes (`consistency.chunk_step_weights`).
     """
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, distill_student
@@ -280,6 +282,7 @@ def distill_run(
         teacher_steps=teacher_sampling_steps,
         batch_size=batch_size,
         lr=lr,
+        unexecuted_step_weight=unexecuted_step_weight,
         policy=options,
     )
     with flush_denormals():

@@ -249,6 +249,7 @@ def distill(
     samples_per_window: int = 8,
     lr: float = 1e-3,
     teacher_sampling_steps: int = 100,
+    unexecuted_step_weight: float = 1.0,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -265,6 +266,7 @@ def distill(
         samples_per_window: teacher samples drawn (once, before training) per dataset window.
         lr: AdamW peak learning rate (linear warm-up, cosine decay over ``steps``).
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the student learns.
+        unexecuted_step_weight: loss weight (0-1) of the chunk steps a receding horizon never executes.
     """
     from policies.imitation import distill_run
 
@@ -283,6 +285,7 @@ def distill(
         samples_per_window,
         lr=lr,
         teacher_sampling_steps=teacher_sampling_steps,
+        unexecuted_step_weight=unexecuted_step_weight,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
@@ -320,6 +323,7 @@ def bench(
     teacher_time_budget_s: float | None = None,
     student_time_budget_s: float | None = None,
     teacher_sampling_steps: int = 100,
+    unexecuted_step_weight: float = 1.0,
     episodes: int = 100,
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
@@ -353,6 +357,7 @@ def bench(
         teacher_time_budget_s: stop teacher training earlier (distill).
         student_time_budget_s: stop student training earlier (distill).
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the students learn (distill).
+        unexecuted_step_weight: students' loss weight of the chunk steps a receding horizon never executes (distill).
         episodes: seeded evaluation episodes per policy (distill).
     """
     if what == "distill":
@@ -368,6 +373,7 @@ def bench(
                 meanflow_steps=meanflow_steps,
                 student_time_s=student_time_budget_s,
                 teacher_sampling_steps=teacher_sampling_steps,
+                unexecuted_step_weight=unexecuted_step_weight,
                 eval_episodes=episodes,
             )
         )

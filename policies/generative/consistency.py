@@ -13,7 +13,6 @@ come from `TeacherSamples`, drawn once before training.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from policies.generative.policy import GenerativePolicy
 
@@ -30,11 +29,34 @@ def distillation_loss(
     noise: torch.Tensor,
     teacher_chunk: torch.Tensor,
     images: torch.Tensor | None = None,
+    step_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Mean squared error between the student's one step from ``noise`` and the teacher's raw chunk from it.
 
     ``images``: the camera frames (B, To, K, 3, H, W) of a student with cameras (see `GenerativePolicy.condition`).
+    ``step_weights`` (H,), mean 1: how much each chunk step counts (`chunk_step_weights`).
     """
     target = student.action_norm.normalize(teacher_chunk)
-    loss = F.mse_loss(student.one_step_unclipped(noise, student.condition(obs, images)), target)
+    err = (student.one_step_unclipped(noise, student.condition(obs, images)) - target).pow(2)
+    loss = err.mean() if step_weights is None else (err * step_weights.view(1, -1, 1)).mean()
     return loss, {"consistency_loss": loss.item(), "loss": loss.item()}
+
+
+def chunk_step_weights(
+    action_chunk: int, observation_horizon: int, execution_horizon: int, unexecuted: float
+) -> torch.Tensor:
+    """Per-step loss weights (H,), mean 1: 1 on the steps a receding-horizon controller executes
+    (``observation_horizon - 1`` onwards, ``execution_horizon`` of them), ``unexecuted`` on the rest.
+
+    Why: a one-step student underfits its teacher's map (held-out error = training error on
+    panda-push-t), and its error grows along the chunk; the steps before the current one and those
+    after the execution horizon never reach the robot under a receding horizon, so down-weighting
+    them moves capacity to the ones that do. Keep ``unexecuted`` > 0 for temporal ensembling, which
+    blends later steps of older chunks.
+    """
+    if not 0.0 <= unexecuted <= 1.0:
+        raise ValueError(f"the weight of unexecuted chunk steps must be in [0, 1], got {unexecuted}")
+    w = torch.full((action_chunk,), unexecuted)
+    first = observation_horizon - 1
+    w[first : first + execution_horizon] = 1.0
+    return w / w.mean()

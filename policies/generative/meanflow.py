@@ -78,11 +78,19 @@ class MeanFlow:
         r = torch.where(torch.rand(n, device=device) < self.r_equals_t, t, r)
         return t, r
 
-    def loss(self, u_fn: AverageVelocityFn, x0: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+    def loss(
+        self,
+        u_fn: AverageVelocityFn,
+        x0: torch.Tensor,
+        noise: torch.Tensor | None = None,
+        step_weights: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         """Per-sample adaptively weighted loss; ``u_fn(z, t, r)`` is the network's average velocity.
 
         ``noise`` couples each chunk with its own noise (a teacher's sample from that noise, see
         `teacher_samples`); by default it is drawn independently, as when learning from data.
+        ``step_weights`` (H,), mean 1, weighs each chunk step's squared error (see
+        `consistency.chunk_step_weights`).
         """
         t, r = self.sample_times(x0.shape[0], x0.device)
         noise = torch.randn_like(x0) if noise is None else noise
@@ -98,7 +106,8 @@ class MeanFlow:
                     v_model = u_fn(z, t, t)
                 u, dudt = jvp_along_path(u_fn, z, t, r, v_model)
                 err = u + gap * dudt.detach() - v
-            per_sample = err.pow(2).sum(dim=(1, 2))
+            sq = err.pow(2) if step_weights is None else err.pow(2) * step_weights.view(1, -1, 1)
+            per_sample = sq.sum(dim=(1, 2))
             weight = (per_sample.detach() + self.weight_eps).pow(-self.weight_power)
         return weight * per_sample
 

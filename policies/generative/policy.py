@@ -225,20 +225,22 @@ class GenerativePolicy(nn.Module):
         actions: torch.Tensor,
         noise: torch.Tensor | None = None,
         images: torch.Tensor | None = None,
+        step_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean training loss on raw obs (B, To, n) and action chunks (B, H, A), plus scalars to log.
 
         ``noise`` (B, H, A), MeanFlow only: the noise each chunk was sampled from by a teacher
         (a coupled pair, see `teacher_samples`) instead of independent draws. ``images``: see `condition`.
+        ``step_weights`` (H,), MeanFlow only: see `consistency.chunk_step_weights`.
         """
         if self.method == "consistency":
             raise ValueError("a consistency student learns from a teacher: use consistency.distillation_loss")
         cond = self.condition(obs, images)
         x0 = self.action_norm.normalize(actions)
         if self.method == "meanflow":
-            loss = self.meanflow.loss(self._net_fn(cond), x0, noise).mean()
-        elif noise is not None:
-            raise ValueError(f"coupled noise is for MeanFlow students; a {self.method} policy draws its own")
+            loss = self.meanflow.loss(self._net_fn(cond), x0, noise, step_weights).mean()
+        elif noise is not None or step_weights is not None:
+            raise ValueError(f"coupled noise and step weights are for MeanFlow students, not a {self.method} policy")
         else:
             method = {"diffusion": self.diffusion, "flow": self.flow}[self.method]
             loss = method.loss(self._net_fn(cond), x0).mean()

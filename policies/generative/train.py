@@ -26,7 +26,7 @@ from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
 from policies.checkpoint import file_sha256
-from policies.generative.consistency import TEACHER_STEPS, distillation_loss
+from policies.generative.consistency import TEACHER_STEPS, chunk_step_weights, distillation_loss
 from policies.generative.data import ChunkWindows
 from policies.generative.ema import EMA
 from policies.generative.normalizer import MinMaxNormalizer
@@ -73,6 +73,7 @@ class TrainConfig:
     student_ema_decay: float = 0.95
     teacher_steps: int = TEACHER_STEPS
     teacher_samples_per_window: int = 8
+    unexecuted_step_weight: float = 1.0
     seed: int = 0
     device: str = "cpu"
     checkpoint_every: int = 5000
@@ -135,13 +136,18 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
         device=cfg.device,
         progress=cfg.progress,
     )
+    weights = None
+    if cfg.unexecuted_step_weight != 1.0:
+        weights = chunk_step_weights(
+            spec.action_chunk, spec.observation_horizon, spec.execution_horizon, cfg.unexecuted_step_weight
+        ).to(cfg.device)
     if cfg.method == "consistency":
         ema = EMA(student, fixed_decay=cfg.student_ema_decay)
 
         def loss_fn(
             obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None
         ) -> Loss:
-            return distillation_loss(student, obs, noise, chunk, images)
+            return distillation_loss(student, obs, noise, chunk, images, weights)
 
     else:
         ema = EMA(student, max_decay=cfg.ema_max_decay)
@@ -149,7 +155,7 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
         def loss_fn(
             obs: torch.Tensor, noise: torch.Tensor, chunk: torch.Tensor, images: torch.Tensor | None = None
         ) -> Loss:
-            return student.loss(obs, chunk, noise, images)
+            return student.loss(obs, chunk, noise, images, weights)
 
     extra = {
         "spec": spec.to_dict(),

@@ -37,7 +37,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-DISTILL = {"consistency": {"lr": 5e-4, "teacher_sampling_steps": 3}, "meanflow": {}}
+DISTILL = {"consistency": {"lr": 5e-4, "teacher_sampling_steps": 3, "unexecuted_step_weight": 0.5}, "meanflow": {}}
 
 
 def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
@@ -50,8 +50,9 @@ def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
         assert s_extra["role"] == "student" and s_extra["teacher_method"] == "diffusion"
         assert is_generative(runs[method])
         cfg = s_extra["train_config"]
-        want = DISTILL[method] or {"lr": 1e-3, "teacher_sampling_steps": 100}
-        assert (cfg["lr"], cfg["teacher_steps"]) == (want["lr"], want["teacher_sampling_steps"])
+        want = DISTILL[method] or {"lr": 1e-3, "teacher_sampling_steps": 100, "unexecuted_step_weight": 1.0}
+        got = (cfg["lr"], cfg["teacher_steps"], cfg["unexecuted_step_weight"])
+        assert got == (want["lr"], want["teacher_sampling_steps"], want["unexecuted_step_weight"])
 
 
 @pytest.mark.parametrize(("run", "steps"), [("consistency", None), ("meanflow", None), ("diffusion", 3)])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from policies.generative.consistency import chunk_step_weights, distillation_loss
 from policies.generative.diffusion import Diffusion, squaredcos_cap_v2
 from policies.generative.flow import FlowMatching
 from policies.generative.meanflow import MeanFlow, jvp_along_path
@@ -77,6 +78,42 @@ def test_flow_and_meanflow_with_the_exact_velocity() -> None:
         assert wrong.min() > 0.1, f"{variant}: a wrong field must cost"
     for steps in (1, 3):
         assert torch.allclose(MeanFlow.sample(lambda z, t, r: velocity(z, t), noise, steps), a, atol=1e-5)
+
+
+def test_chunk_step_weights_single_out_the_executed_steps() -> None:
+    w = chunk_step_weights(16, 2, 8, 0.1)
+    assert w.shape == (16,) and w.mean().item() == pytest.approx(1.0)
+    assert (w[1:9] == w[1]).all() and (w[0] == w[9:]).all() and w[1] / w[0] == pytest.approx(10.0)
+    assert torch.equal(chunk_step_weights(16, 2, 8, 1.0), torch.ones(16))
+    with pytest.raises(ValueError, match="unexecuted chunk steps"):
+        chunk_step_weights(16, 2, 8, 1.5)
+
+
+def test_step_weights_decide_which_chunk_errors_cost() -> None:
+    """An error only on unexecuted steps costs nothing at weight 0 and its full share at weight 1,
+    in the consistency loss and in MeanFlow's (through a field that is wrong only there)."""
+    torch.manual_seed(0)
+    opts = PolicyOptions(down_dims=(8, 16), time_embed_dim=16, encoder_hidden=32, encoder_dim=16)
+    student = GenerativePolicy(PolicyConfig("consistency", 3, 2, 2, 8, opts))
+    obs, noise = torch.randn(4, 2, 3), torch.randn(4, 8, 2)
+    with torch.no_grad():
+        exact = student.action_norm.unnormalize(student.one_step_unclipped(noise, student.condition(obs)))
+    off = exact.clone()
+    off[:, 5:] += 0.3  # steps 5..7: after the execution horizon (steps 1..4)
+    only_executed, uniform = chunk_step_weights(8, 2, 4, 0.0), chunk_step_weights(8, 2, 4, 1.0)
+    assert distillation_loss(student, obs, noise, off, step_weights=only_executed)[0].item() < 1e-10
+    assert distillation_loss(student, obs, noise, off, step_weights=uniform)[0].item() > 1e-3
+
+    a = _target(4)
+    mask = torch.zeros(1, 8, 1)
+    mask[:, 5:] = 1.0
+
+    def wrong_late(z: torch.Tensor, t: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return (z - a) / t.view(-1, 1, 1) + 0.1 * mask
+
+    mf = MeanFlow("imf")
+    assert mf.loss(wrong_late, a, step_weights=only_executed).max() < 1e-6
+    assert mf.loss(wrong_late, a, step_weights=uniform).min() > 0.1
 
 
 def test_flow_training_times_favour_the_noisy_end() -> None:
