@@ -34,8 +34,8 @@ class DistillBudget:
     demos: int = 200
     teacher_steps: int = 26_000
     teacher_time_s: float | None = None
-    student_steps: int = 24_000
-    meanflow_steps: int = 10_000  # a MeanFlow step (forward + JVP) costs ~2.5 consistency steps: ~40 min each
+    student_steps: int = 40_000
+    meanflow_steps: int = 15_000  # a MeanFlow step (forward + JVP) costs ~2.7 consistency steps: ~63 min each
     student_time_s: float | None = None
     teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
     unexecuted_step_weight: float = 1.0  # students' loss weight of chunk steps never executed
