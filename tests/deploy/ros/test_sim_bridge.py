@@ -42,9 +42,12 @@ def test_killing_the_policy_process_engages_the_watchdog_within_its_timeout(ros,
         proc.wait(timeout=5)
         wait_until([bridge], lambda: bridge.tripped, "the watchdog", timeout_s=2.0)
         delay_since_kill = bridge.trip_times[-1] - killed
-        # the last command left the dying process at most one control period before the kill
+        # the watchdog trips on the silence since the last command the bridge processed...
         assert bridge.trips[-1] <= TIMEOUT_S + 0.01, bridge.trips
-        assert delay_since_kill <= TIMEOUT_S + 0.01
+        # ...and a command sent just before the kill may still wait in the bridge's queue while the
+        # other test worker loads both cores (CI once saw 110.5 ms here with a 100 ms timeout), so
+        # the delay from the kill itself gets a few milliseconds of scheduling slack on top
+        assert delay_since_kill <= TIMEOUT_S + 0.03
         held = bridge.sim.data.ctrl.copy()
         t0 = time.monotonic()
         spin([bridge], until=lambda: time.monotonic() - t0 > 0.5)
