@@ -248,6 +248,7 @@ def distill_run(
     lr: float = 1e-3,
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 1.0,
+    execution_horizon: int | None = None,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
 
@@ -260,6 +261,9 @@ def distill_run(
     robot than the dataset's is refused (`SpecMismatchError`). A teacher with cameras reads them
     from the dataset, resized to its size. ``unexecuted_step_weight`` weighs the loss on the chunk
     steps a receding-horizon controller never executes (`consistency.chunk_step_weights`).
+    ``execution_horizon`` (default: the teacher's) is the Ta the student's Spec records, which the
+    policy node and `StepActor` execute per chunk: a one-step student can afford to re-plan more
+    often than its teacher (panda-push-t scores are best at Ta = 2, `bench_distill`).
     """
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, distill_student
@@ -268,7 +272,8 @@ def distill_run(
     t = teacher_spec
     size = (t.images[0].height, t.images[0].width) if t.images else None
     episodes, spec, _ = load_episodes(dataset, tuple(i.name for i in t.images), size)
-    spec = chunked(spec, t.observation_horizon, t.action_chunk, t.execution_horizon, t.images)
+    ta = t.execution_horizon if execution_horizon is None else execution_horizon
+    spec = chunked(spec, t.observation_horizon, t.action_chunk, ta, t.images)
     options = PolicyOptions(dispersive_weight=dispersive_weight)
     cfg = TrainConfig(
         method=method,

@@ -250,6 +250,7 @@ def distill(
     lr: float = 1e-3,
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 1.0,
+    execution_horizon: int | None = None,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -267,6 +268,7 @@ def distill(
         lr: AdamW peak learning rate (linear warm-up, cosine decay over ``steps``).
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the student learns.
         unexecuted_step_weight: loss weight (0-1) of the chunk steps a receding horizon never executes.
+        execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec; default the teacher's.
     """
     from policies.imitation import distill_run
 
@@ -286,6 +288,7 @@ def distill(
         lr=lr,
         teacher_sampling_steps=teacher_sampling_steps,
         unexecuted_step_weight=unexecuted_step_weight,
+        execution_horizon=execution_horizon,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
@@ -325,6 +328,7 @@ def bench(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 1.0,
     episodes: int = 100,
+    execution_horizons: tuple[int, ...] = (2, 4, 8),
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
 
@@ -359,6 +363,8 @@ def bench(
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the students learn (distill).
         unexecuted_step_weight: students' loss weight of the chunk steps a receding horizon never executes (distill).
         episodes: seeded evaluation episodes per policy (distill).
+        execution_horizons: actions executed per chunk (Ta) each policy is evaluated at; each is scored
+            at its best; the first is filmed (distill).
     """
     if what == "distill":
         from policies.bench_distill import DistillBudget, bench_distill
@@ -375,6 +381,7 @@ def bench(
                 teacher_sampling_steps=teacher_sampling_steps,
                 unexecuted_step_weight=unexecuted_step_weight,
                 eval_episodes=episodes,
+                execution_horizons=tuple(execution_horizons),
             )
         )
         task = "panda-push-t" if task == "quadruped-walk" else task

@@ -121,7 +121,9 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     teacher_ckpt = Path(teacher_ckpt)
     teacher, teacher_extra = GenerativePolicy.load(teacher_ckpt)
     spec = Spec.from_json(spec_json)
-    spec.check_compatible(Spec.from_dict(teacher_extra["spec"]), context=f"teacher {teacher_ckpt.name}")
+    # The execution horizon is how a chunk is executed, not what the network reads or outputs: a student may differ.
+    teacher_spec = dataclasses.replace(Spec.from_dict(teacher_extra["spec"]), execution_horizon=spec.execution_horizon)
+    spec.check_compatible(teacher_spec, context=f"teacher {teacher_ckpt.name}")
     windows = _windows(episodes, spec)
     _check_images(windows, teacher.cfg.options, spec)
     torch.manual_seed(cfg.seed)

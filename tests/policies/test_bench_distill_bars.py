@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from policies.bench_distill import bars
+import pytest
+
+from policies.bench_distill import bars, select_execution_horizon
 
 
 def _row(cov: float, succ: float, p50: float, p99: float, ccw: float, both: float) -> dict[str, list[float]]:
@@ -49,3 +51,26 @@ def test_a_teacher_that_never_succeeds_gives_no_ratio_to_meet() -> None:
     rows = {n: _row(0.4, 0.0, 1000, 1000, 0.5, 1.0) for n in ("diffusion@100", "diffusion@1", "consistency@1")}
     got = bars(rows, "diffusion", ("consistency",), (100, 1))
     assert got["consistency: success_rate >= 95% of teacher@100"] is False
+
+
+def test_a_policy_is_scored_at_its_best_execution_horizon() -> None:
+    row = {
+        "ta8_mean_max_coverage": [0.87, 0.85],
+        "ta8_success_rate": [0.41, 0.45],
+        "ta2_mean_max_coverage": [0.94, 0.96],
+        "ta2_success_rate": [0.80, 0.84],
+        "ta4_mean_max_coverage": [0.95, 0.95],  # more coverage, fewer successes: success decides
+        "ta4_success_rate": [0.70, 0.74],
+    }
+    assert select_execution_horizon(row, (8, 4, 2)) == 2
+    assert row["execution_horizon"] == [2.0]
+    assert row["mean_max_coverage"] == [0.94, 0.96] and row["success_rate"] == [0.80, 0.84]
+    assert row["ta8_success_rate"] == [0.41, 0.45]  # every horizon's scores stay
+
+
+def test_equal_success_is_decided_by_coverage_and_a_missing_horizon_is_named() -> None:
+    row = {"ta8_mean_max_coverage": [0.5], "ta8_success_rate": [0.0], "ta2_mean_max_coverage": [0.6],
+           "ta2_success_rate": [0.0]}  # fmt: skip
+    assert select_execution_horizon(row, (8, 2)) == 2
+    with pytest.raises(KeyError, match="ta4_success_rate"):
+        select_execution_horizon(row, (8, 4))

@@ -37,7 +37,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return out
 
 
-DISTILL = {"consistency": {"lr": 5e-4, "teacher_sampling_steps": 3, "unexecuted_step_weight": 0.5}, "meanflow": {}}
+DISTILL = {
+    "consistency": {"lr": 5e-4, "teacher_sampling_steps": 3, "unexecuted_step_weight": 0.5, "execution_horizon": 2},
+    "meanflow": {},
+}
 
 
 def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
@@ -46,7 +49,8 @@ def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
     assert extra["role"] == "teacher" and teacher.method == "diffusion"
     for method in ("consistency", "meanflow"):
         student, s_spec, s_extra, _ = load_generative(runs[method])
-        assert student.method == method and s_spec == spec
+        ta = DISTILL[method].get("execution_horizon", spec.execution_horizon)  # a student may re-plan more often
+        assert student.method == method and s_spec == dataclasses.replace(spec, execution_horizon=ta)
         assert s_extra["role"] == "student" and s_extra["teacher_method"] == "diffusion"
         assert is_generative(runs[method])
         cfg = s_extra["train_config"]
@@ -64,7 +68,8 @@ def test_export_matches_torch_and_rejects_bad_noise(
     assert result["max_abs_error"] <= 1e-4 and result["sampling_steps"] == (steps or 1)
     gen = OnnxGenerator(out)
     s = gen.spec
-    assert (s.action_chunk, s.execution_horizon, s.observation_horizon) == (16, 8, 2)
+    ta = DISTILL.get(run, {}).get("execution_horizon", 8)  # the ONNX file's Spec keeps the student's own Ta
+    assert (s.action_chunk, s.execution_horizon, s.observation_horizon) == (16, ta, 2)
     obs = np.tile(np.array([0.4, 0.1, 0.5, 0.0, 1.0, 0.0], np.float32), (1, 2, 1))  # (batch, To, n)
     chunk = gen.sample(obs, np.zeros((1, 16, 2), np.float32))
     assert chunk.shape == (1, 16, 2) and np.isfinite(chunk).all()
@@ -78,7 +83,7 @@ def test_evaluation_is_seeded(runs: dict[str, Path]) -> None:
     a = evaluate_chunks(sampler, spec, [100, 101], noise_seed=3, episode_steps=16)
     b = evaluate_chunks(sampler, spec, [100, 101], noise_seed=3, episode_steps=16)
     np.testing.assert_array_equal(a.max_coverage, b.max_coverage)
-    assert a.replans == 2 and a.steps.tolist() == [16, 16]
+    assert spec.execution_horizon == 2 and a.replans == 8 and a.steps.tolist() == [16, 16]  # Ta from the Spec
     summary = a.summary()
     assert set(summary) == {
         "mean_max_coverage", "mean_max_coverage_sem", "success_rate", "success_rate_sem", "mean_steps",
@@ -118,6 +123,14 @@ def test_distillation_refuses_a_teacher_for_another_task(runs: dict[str, Path], 
         distill_run(
             runs["diffusion"], "consistency", tmp_path / "other", tmp_path / "student", 2, None, 0, progress=False
         )
+
+
+def test_distillation_refuses_an_execution_horizon_the_chunk_cannot_hold(runs: dict[str, Path], tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="execution_horizon 16"):
+        distill_run(
+            runs["diffusion"], "consistency", runs["demos"], tmp_path / "s", 2, None, 0, progress=False,
+            execution_horizon=16,
+        )  # fmt: skip
 
 
 def test_cli_bc_names_the_corrupt_episode(runs: dict[str, Path], tmp_path: Path, capsys) -> None:

@@ -55,6 +55,12 @@ def test_bench_distill_quick_runs_the_whole_pipeline(tmp_path: Path) -> None:
         assert 0.0 <= m[f"{name}_mean_max_coverage"] <= 1.0
         assert 0.0 <= m[f"{name}_success_rate"] <= 1.0
         assert 0 < m[f"{name}_latency_p50_us"] <= m[f"{name}_latency_p99_us"]
+    for name in ("diffusion_100", "consistency_1"):  # every policy at every execution horizon, scored at its best
+        for ta in (2, 8):
+            assert 0.0 <= m[f"{name}_ta{ta}_success_rate"] <= 1.0
+        assert m[f"{name}_execution_horizon"] in (2, 8)
+        best = m[f"{name}_ta{m[f'{name}_execution_horizon']:.0f}_mean_max_coverage"]
+        assert m[f"{name}_mean_max_coverage"] == best
     # one network call vs a hundred, in the same run
     assert m["latency_ratio_teacher100_to_consistency"] > 5
     assert "consistency_mean_max_coverage_gain_over_teacher1" in m
