@@ -328,7 +328,7 @@ def bench(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 1.0,
     episodes: int = 100,
-    execution_horizons: tuple[int, ...] = (2, 4, 8),
+    execution_horizons: tuple[int, ...] = (1, 2, 4, 8),
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
 
