@@ -249,6 +249,7 @@ def distill_run(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 1.0,
     execution_horizon: int | None = None,
+    meanflow_boundary_fraction: float = 0.0,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
 
@@ -264,6 +265,8 @@ def distill_run(
     ``execution_horizon`` (default: the teacher's) is the Ta the student's Spec records, which the
     policy node and `StepActor` execute per chunk: a one-step student can afford to re-plan more
     often than its teacher (panda-push-t scores are best at Ta = 2, `bench_distill`).
+    ``meanflow_boundary_fraction`` of a MeanFlow student's batch is trained at (r, t) = (0, 1)
+    (`MeanFlow`).
     """
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, distill_student
@@ -274,7 +277,7 @@ def distill_run(
     episodes, spec, _ = load_episodes(dataset, tuple(i.name for i in t.images), size)
     ta = t.execution_horizon if execution_horizon is None else execution_horizon
     spec = chunked(spec, t.observation_horizon, t.action_chunk, ta, t.images)
-    options = PolicyOptions(dispersive_weight=dispersive_weight)
+    options = PolicyOptions(dispersive_weight=dispersive_weight, meanflow_boundary_fraction=meanflow_boundary_fraction)
     cfg = TrainConfig(
         method=method,
         max_steps=steps,

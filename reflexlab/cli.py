@@ -251,6 +251,7 @@ def distill(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 1.0,
     execution_horizon: int | None = None,
+    meanflow_boundary_fraction: float = 0.0,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -269,6 +270,7 @@ def distill(
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the student learns.
         unexecuted_step_weight: loss weight (0-1) of the chunk steps a receding horizon never executes.
         execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec; default the teacher's.
+        meanflow_boundary_fraction: fraction of a MeanFlow batch trained at (r, t) = (0, 1), the one-step jump.
     """
     from policies.imitation import distill_run
 
@@ -289,6 +291,7 @@ def distill(
         teacher_sampling_steps=teacher_sampling_steps,
         unexecuted_step_weight=unexecuted_step_weight,
         execution_horizon=execution_horizon,
+        meanflow_boundary_fraction=meanflow_boundary_fraction,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 

@@ -357,7 +357,7 @@ def _make_parent(path: Path) -> None:
         _fsync_dir(path.parent.parent)
 
 
-def _replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
+def replace_atomically(path: Path, write: Callable[[Path], None]) -> None:
     """Write ``path`` via a fsynced temp file and rename(2): readers see the old or the new file, never half of one.
 
     A failed write removes its temp file: after a full disk, that is the space the caller frees first.
@@ -384,11 +384,11 @@ def _is_disk_full(err: OSError) -> bool:
 
 
 def _write_parquet(path: Path, table: pa.Table) -> None:
-    _replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
+    replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:
-    _replace_atomically(path, lambda tmp: tmp.write_text(json.dumps(value, indent=4) + "\n"))
+    replace_atomically(path, lambda tmp: tmp.write_text(json.dumps(value, indent=4) + "\n"))
 
 
 def _tasks_table(tasks: list[str]) -> pa.Table:

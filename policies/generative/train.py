@@ -112,9 +112,9 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     The teacher's Spec must equal the dataset's (``spec_json``): a `SpecMismatchError` names the
     first field that differs. The student starts as `make_student` says. Both learn from the
     teacher's K-step samples (its EMA weights, ``cfg.teacher_steps``), ``cfg.teacher_samples_per_window``
-    noise draws per window, drawn once (`TeacherSamples`): ``consistency`` regresses its one step
-    onto them with a fixed-decay EMA; ``meanflow`` learns the average velocity of each
-    (noise, chunk) pair's straight path, with the teacher-schedule EMA.
+    noise draws per window, drawn once and kept beside the teacher (`TeacherSamples.load_or_draw`):
+    ``consistency`` regresses its one step onto them with a fixed-decay EMA; ``meanflow`` learns the
+    average velocity of each (noise, chunk) pair's straight path, with the teacher-schedule EMA.
     """
     if cfg.method not in STUDENTS:
         raise ValueError(f"distill_student trains {' or '.join(STUDENTS)}, not {cfg.method}")
@@ -129,11 +129,14 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     torch.manual_seed(cfg.seed)
     teacher.requires_grad_(False).to(cfg.device)
     student = make_student(teacher, cfg.method, cfg.policy).to(cfg.device)
-    samples = TeacherSamples.draw(
+    teacher_sha256 = file_sha256(teacher_ckpt)
+    samples, cached = TeacherSamples.load_or_draw(
         teacher,
+        teacher_sha256,
         windows,
         cfg.teacher_samples_per_window,
         cfg.teacher_steps,
+        teacher_ckpt.parent / "teacher_samples",
         seed=cfg.seed,
         device=cfg.device,
         progress=cfg.progress,
@@ -164,9 +167,10 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
         "train_config": dataclasses.asdict(cfg),
         "role": "student",
         "teacher": str(teacher_ckpt),
-        "teacher_sha256": file_sha256(teacher_ckpt),
+        "teacher_sha256": teacher_sha256,
         "teacher_method": teacher.method,
         "teacher_samples": len(samples),
+        "teacher_samples_cached": cached,
     }
     return _fit(student, loss_fn, samples, ema, cfg, Path(run_dir), extra)
 

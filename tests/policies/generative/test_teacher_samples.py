@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -47,3 +49,34 @@ def test_a_broken_teacher_is_refused() -> None:
         next(teacher.denoiser.parameters()).fill_(float("nan"))
     with pytest.raises(FloatingPointError, match="non-finite"):
         TeacherSamples.draw(teacher, windows, 1, 2, progress=False)
+
+
+def test_samples_are_kept_and_reused_per_key(tmp_path: Path) -> None:
+    teacher, windows = _teacher()
+    first, cached = TeacherSamples.load_or_draw(teacher, "sha-a", windows, 2, 3, tmp_path, seed=1, progress=False)
+    assert not cached and len(list(tmp_path.glob("*.pt"))) == 1
+    again, cached = TeacherSamples.load_or_draw(teacher, "sha-a", windows, 2, 3, tmp_path, seed=1, progress=False)
+    assert cached
+    for name in ("obs", "noise", "chunk"):
+        assert torch.equal(getattr(again, name), getattr(first, name))
+    # Anything the samples depend on gives a new draw in a file of its own.
+    for change in ({"teacher_sha256": "sha-b"}, {"seed": 2}, {"steps": 4}, {"per_window": 3}):
+        kw = {"teacher_sha256": "sha-a", "per_window": 2, "steps": 3, "seed": 1} | change
+        _, cached = TeacherSamples.load_or_draw(teacher, windows=windows, cache_dir=tmp_path, progress=False, **kw)
+        assert not cached, change
+    other = ChunkWindows(toy_episodes(8, seed=1), obs_horizon=1, horizon=4)
+    _, cached = TeacherSamples.load_or_draw(teacher, "sha-a", other, 2, 3, tmp_path, seed=1, progress=False)
+    assert not cached, "other observations are another key"
+    assert len(list(tmp_path.glob("*.pt"))) == 6
+
+
+def test_an_unreadable_cache_is_named_and_drawn_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    teacher, windows = _teacher()
+    first, _ = TeacherSamples.load_or_draw(teacher, "sha", windows, 2, 3, tmp_path, progress=False)
+    (path,) = tmp_path.glob("*.pt")
+    path.write_bytes(path.read_bytes()[:100])  # truncated, as a full disk outside our atomic rename could leave it
+    again, cached = TeacherSamples.load_or_draw(teacher, "sha", windows, 2, 3, tmp_path, progress=False)
+    assert not cached and torch.equal(again.chunk, first.chunk)
+    assert f"teacher samples cache {path} is unusable" in capsys.readouterr().err
+    _, cached = TeacherSamples.load_or_draw(teacher, "sha", windows, 2, 3, tmp_path, progress=False)
+    assert cached, "the redrawn samples replace the broken file"

@@ -92,6 +92,17 @@ def test_students_train_and_record_their_teacher(teacher: Path, tmp_path: Path, 
     assert extra["teacher"] == str(teacher) and extra["teacher_method"] == "flow" and len(extra["teacher_sha256"]) == 64
 
 
+def test_students_of_one_teacher_share_one_draw(tmp_path: Path) -> None:
+    teacher = train_teacher(toy_episodes(16), QUICK, tmp_path / "teacher", toy_spec().to_json())
+    cached = []
+    for method in ("consistency", "meanflow"):
+        cfg = dataclasses.replace(QUICK, method=method, max_steps=2, teacher_steps=2)
+        ckpt = distill_student(teacher, toy_episodes(16), cfg, tmp_path / method, toy_spec().to_json())
+        cached.append(GenerativePolicy.load(ckpt)[1]["teacher_samples_cached"])
+    assert cached == [False, True]
+    assert len(list((tmp_path / "teacher" / "teacher_samples").glob("*.pt"))) == 1
+
+
 def test_loops_refuse_wrong_methods_and_data(teacher: Path, tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="distill_student"):
         train_teacher(
