@@ -136,6 +136,13 @@ def load_generative(run_or_ckpt: Path) -> tuple[GenerativePolicy, Spec, dict[str
     return policy, Spec.from_dict(extra["spec"]), extra, path
 
 
+def check_generative_task(run_or_ckpt: Path, task: str) -> None:
+    """Refuse a generative checkpoint trained for another task than ``task``, naming the differing Spec field."""
+    from sim.registry import get_task
+
+    get_task(task).spec().check_compatible(plain(load_generative(run_or_ckpt)[1]), context=f"task {task}")
+
+
 class TorchSampler:
     """A policy at a fixed step count as a batched numpy sampler (obs (N,To,n), noise (N,H,A)) → chunk.
 
@@ -295,3 +302,54 @@ def distill_run(
     )
     with flush_denormals():
         return distill_student(ckpt, episodes, cfg, run_dir, spec.to_json())
+
+
+def evaluate_generative_run(
+    run_or_ckpt: Path,
+    episodes: int = 100,
+    seed: int = 10_000,
+    noise_seed: int = 0,
+    sampling_steps: int | None = None,
+    execution_horizon: int | None = None,
+    episode_steps: int | None = None,
+    video: Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Score one generative checkpoint on its task: ``episodes`` seeded episodes (seeds ``seed``…), both
+    published scores with their standard errors (`chunk_eval.evaluate_chunks`).
+
+    ``sampling_steps``: the policy's default when None (1 for students, 10 for teachers).
+    ``execution_horizon``: actions executed per chunk (Ta); the checkpoint's Spec's when None.
+    ``episode_steps``: episode length in control steps; the task's when None. With
+    `bench distill`'s evaluation seeds (10000…) and ``noise_seed`` = the training seed, the scores
+    are the bench's for that policy, so a checkpoint saved along a run can be placed on its table.
+    """
+    from policies.chunk_eval import evaluate_chunks
+
+    policy, spec, extra, ckpt = load_generative(run_or_ckpt)
+    if execution_horizon is not None:
+        spec = dataclasses.replace(spec, execution_horizon=execution_horizon)  # the Spec checks it fits
+    steps = (
+        sampling_steps if sampling_steps is not None else (1 if policy.method in ("consistency", "meanflow") else 10)
+    )
+    res = evaluate_chunks(
+        TorchSampler(policy, steps),
+        spec,
+        list(range(seed, seed + episodes)),
+        noise_seed=noise_seed,
+        episode_steps=episode_steps,
+        progress=progress,
+        desc=f"{policy.method}@{steps} Ta={spec.execution_horizon}",
+        video=video,
+    )
+    return {
+        "checkpoint": str(ckpt),
+        "method": policy.method,
+        "role": extra.get("role"),
+        "sampling_steps": steps,
+        "execution_horizon": spec.execution_horizon,
+        "episodes": episodes,
+        "seeds": f"{seed}..{seed + episodes - 1}",
+        "noise_seed": noise_seed,
+        **res.summary(),
+    }

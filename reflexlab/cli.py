@@ -82,20 +82,55 @@ def play(
     command_map: bool = False,
     seed: int = 1000,
     task: str | None = None,
+    sampling_steps: int | None = None,
+    execution_horizon: int | None = None,
+    noise_seed: int = 0,
 ) -> None:
     """Evaluate a checkpoint deterministically on seeded episodes; print and write a JSON report.
+
+    A generative (action-chunk) policy is scored on its demonstration task: mean max coverage and
+    success rate with their standard errors over episodes seeded SEED, SEED+1, … (`bench distill`
+    uses 10000…, with NOISE_SEED = the training seed).
 
     Args:
         run_dir: a run folder (its latest checkpoint) or a checkpoint file.
         episodes: number of seeded episodes (one robot each, run in parallel).
         episode_s: episode length in seconds (the task's by default).
         video: write an MP4 of episode 0 (offscreen rendering).
-        report: JSON report path (default: RUN_DIR/eval.json).
+        report: JSON report path (default: RUN_DIR/eval.json, or eval_<checkpoint>.json for a generative checkpoint).
         command: fixed (vx, vy, yaw_rate) for every episode; the profile's evaluation command otherwise.
         command_map: also evaluate a grid of commands and plot the per-command error map.
-        seed: evaluation seed (distinct from training seeds).
+        seed: evaluation seed of the first episode (distinct from training seeds).
         task: refuse the checkpoint unless its Spec matches this task's (names the differing field).
+        sampling_steps: a generative policy's sampling steps (default: 1 for students, 10 for teachers).
+        execution_horizon: actions a generative policy executes per chunk (Ta; default its Spec's).
+        noise_seed: seed of a generative policy's noise draws.
     """
+    from policies.imitation import check_generative_task, evaluate_generative_run, is_generative, load_generative
+
+    if is_generative(run_dir):
+        if task is not None:
+            check_generative_task(run_dir, task)
+        spec = load_generative(run_dir)[1]
+        summary = evaluate_generative_run(
+            run_dir,
+            episodes,
+            seed,
+            noise_seed,
+            sampling_steps,
+            execution_horizon,
+            episode_steps=None if episode_s is None else round(episode_s * spec.control_rate_hz),
+            video=video,
+        )
+        folder = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
+        report = report or folder / f"eval_{Path(summary['checkpoint']).stem}.json"
+        report.write_text(json.dumps(summary, indent=2))
+        print(json.dumps(summary))
+        return
+    if sampling_steps is not None or execution_horizon is not None:
+        raise UserError(
+            f"{run_dir} holds a PPO policy: --sampling-steps and --execution-horizon are for chunk policies"
+        )
     from policies.evaluate import evaluate_run
 
     result = evaluate_run(
@@ -135,14 +170,11 @@ def export(
             observations recorded by running it on its task.
     """
     from deploy.onnx_export import export_checkpoint, export_generative_checkpoint
-    from policies.imitation import is_generative, load_generative
+    from policies.imitation import check_generative_task, is_generative
 
     if is_generative(run_dir):
         if task is not None:
-            from policies.imitation import plain
-            from sim.registry import get_task
-
-            get_task(task).spec().check_compatible(plain(load_generative(run_dir)[1]), context=f"task {task}")
+            check_generative_task(run_dir, task)
         result = export_generative_checkpoint(run_dir, out, steps=steps, num_obs=min(num_obs, 256), dataset=dataset)
     else:
         result = export_checkpoint(run_dir, out, num_obs=num_obs, task=task)

@@ -157,3 +157,28 @@ def test_cli_bc_names_the_corrupt_episode(runs: dict[str, Path], tmp_path: Path,
         main(["bc", "--dataset", str(bad), "--run-dir", str(tmp_path / "run"), "--steps", "1"])
     assert e.value.code == 2
     assert "episode 2" in capsys.readouterr().err
+
+
+def test_cli_play_scores_a_chunk_policy_as_the_bench_does(runs: dict[str, Path], tmp_path: Path, capsys) -> None:
+    import json
+
+    from reflexlab.cli import main
+
+    report = tmp_path / "eval.json"
+    args = ["play", "--run-dir", str(runs["consistency"]), "--episodes", "2", "--seed", "100", "--noise-seed", "3"]
+    main([*args, "--episode-s", "1.6", "--execution-horizon", "4", "--report", str(report)])
+    printed = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert printed == json.loads(report.read_text())
+    assert (printed["sampling_steps"], printed["execution_horizon"], printed["seeds"]) == (1, 4, "100..101")
+    policy, spec, _, _ = load_generative(runs["consistency"])
+    direct = evaluate_chunks(
+        TorchSampler(policy, 1), dataclasses.replace(spec, execution_horizon=4), [100, 101], 3, episode_steps=16
+    ).summary()
+    assert printed["mean_max_coverage"] == direct["mean_max_coverage"] and printed["mean_steps"] == 16
+    main(["play", "--run-dir", str(runs["diffusion"]), "--episodes", "1", "--episode-s", "0.4"])
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (out["sampling_steps"], out["execution_horizon"], out["role"]) == (10, 8, "teacher")
+    assert list(runs["diffusion"].glob("eval_model_*.json")), "the default report lies beside the checkpoint"
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--execution-horizon", "16"])
+    assert e.value.code == 2 and "execution_horizon 16" in capsys.readouterr().err
