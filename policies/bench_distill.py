@@ -49,7 +49,8 @@ class DistillBudget:
     meanflow_steps: int = 15_000  # a MeanFlow step (forward + JVP) costs ~2.7 consistency steps: ~63 min each
     student_time_s: float | None = None
     teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
-    unexecuted_step_weight: float = 1.0  # students' loss weight of chunk steps never executed
+    unexecuted_step_weight: float = 0.1  # students' loss weight of chunk steps their Ta never executes
+    student_execution_horizon: int | None = 2  # the Ta students' Specs record and weigh by; None: the teacher's
     eval_episodes: int = 100
     eval_steps: int | None = None  # episode length cap; the task's own when None
     latency_reps: int = 300
@@ -113,11 +114,16 @@ def bench_distill(
     dataset = _ensure_demos(task, work_dir / "demos", budget)
     eval_seeds = list(range(10_000, 10_000 + budget.eval_episodes))
     rows: dict[str, dict[str, list[float]]] = {}
+    trained: dict[str, dict[str, Any]] = {}  # runs found in WORK_DIR are used as they are: say how they were made
     onnx_dir = out_dir / "distill_onnx"
     for seed in train_seeds:
         runs = _ensure_runs(dataset, work_dir / f"seed{seed}", teacher, students, seed, budget)
+        trained.update({f"seed{seed}/{m}": _trained_with(run) for m, run in runs.items()})
         entries = [(f"{teacher}@{k}", runs[teacher], k) for k in teacher_sampling]
         entries += [(f"{m}@1", runs[m], 1) for m in students]
+        # Modes are read off the same actions for every policy: the teacher's Ta of each chunk (a student
+        # distilled for a shorter Ta sweeps less of its way round the block in its own Ta).
+        mode_horizon = load_generative(runs[teacher])[1].execution_horizon
         for name, run, steps in entries:
             policy, spec, _, _ = load_generative(run)
             sampler = TorchSampler(policy, steps)
@@ -139,7 +145,9 @@ def bench_distill(
                     r.setdefault(f"ta{ta}_{k}", []).append(v)
             if seed == train_seeds[0]:  # latency and modes do not depend on the training seed's luck
                 r.update(_latency(run, steps, onnx_dir / f"{name.replace('@', '_')}.onnx", budget))
-                r.update(_modes(task, dataset, spec, sampler, budget))
+                r.update(
+                    _modes(task, dataset, dataclasses.replace(spec, execution_horizon=mode_horizon), sampler, budget)
+                )
     for r in rows.values():
         select_execution_horizon(r, budget.execution_horizons)
     metrics = _flatten(rows, teacher, students, teacher_sampling)
@@ -157,6 +165,7 @@ def bench_distill(
                 "eval_seeds": f"{eval_seeds[0]}..{eval_seeds[-1]}",
                 "quick": quick,
                 "budget": budget.__dict__,
+                "runs": trained,
             },
         }
     )
@@ -222,8 +231,19 @@ def _ensure_runs(
                 seed,
                 teacher_sampling_steps=budget.teacher_sampling_steps,
                 unexecuted_step_weight=budget.unexecuted_step_weight,
+                execution_horizon=budget.student_execution_horizon,
             )
     return runs
+
+
+def _trained_with(run: Path) -> dict[str, Any]:
+    """What a run was trained with (its final checkpoint's record), for runs the bench did not train itself."""
+    from policies.imitation import load_generative
+
+    _, spec, extra, ckpt = load_generative(run)
+    cfg = extra["train_config"]
+    keys = ("max_steps", "lr", "batch_size", "seed", "teacher_steps", "unexecuted_step_weight")
+    return {"checkpoint": ckpt.name, "execution_horizon": spec.execution_horizon, **{k: cfg[k] for k in keys}}
 
 
 def _latency(run: Path, steps: int, out: Path, budget: DistillBudget) -> dict[str, list[float]]:

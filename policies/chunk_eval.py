@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from deploy.chunking import ChunkConfig, ChunkExecutor
 from reflexlab.spec import ImageInput, Spec
 from sim.registry import get_task
 
@@ -59,11 +60,16 @@ def evaluate_chunks(
     desc: str = "eval",
     video: Path | None = None,
     video_camera: str = "top",
+    chunking: ChunkConfig | None = None,
 ) -> EvalResult:
     """Run one episode per seed (all in one batch) with ``sampler`` choosing actions.
 
     With ``video``, the first seed's episode is rendered from the task's ``video_camera`` at the
     control rate into an MP4 (320×240; software EGL renders one frame in ~10–40 ms here).
+    ``chunking`` with ``execution="ensemble"`` executes chunks as the policy node's temporal
+    ensembling does (the same `ChunkExecutor`, one per scene): a chunk every control step, each
+    step's action the weighted mean of the last Ta chunks' actions for it. Otherwise each chunk's Ta
+    actions run open loop (Diffusion Policy's execution; the node's receding mode at Ta = 1).
     """
     entry = get_task(spec.task)
     entry.require("demo", "chunk-policy evaluation")
@@ -77,6 +83,8 @@ def evaluate_chunks(
     history = np.repeat(obs[:, None], to, axis=1)
     frames = {c.name: np.repeat(_view(env, c)[:, None], to, axis=1) for c in spec.images}
     replans = 0
+    ensemble = chunking is not None and chunking.execution == "ensemble"
+    executors = [ChunkExecutor.from_spec(spec, spec.control_rate_hz, chunking) for _ in seeds] if ensemble else []
     film: list[np.ndarray] = []
     renderer = _Filming(env, video_camera) if video is not None else None
     if renderer is not None:
@@ -91,11 +99,18 @@ def evaluate_chunks(
                 f"sampler returned {chunk.shape} (finite: {np.isfinite(chunk).all()}), want {(len(seeds), h, a)}"
             )
         replans += 1
-        for k in range(to - 1, to - 1 + ta):
+        if ensemble:
+            t = replans / spec.control_rate_hz  # each chunk's stamp; queried at it, an executor gives its first step
+            for ex, c in zip(executors, chunk, strict=True):
+                ex.add(c, t)
+            actions = [np.stack([ex(t) for ex in executors]).astype(np.float32)]
+        else:
+            actions = [chunk[:, k] for k in range(to - 1, to - 1 + ta)]
+        for action in actions:
             if env.done.all():
                 break
             filming = renderer is not None and not env.done[0]
-            obs, *_ = env.step(spec.action.to_targets(chunk[:, k]))
+            obs, *_ = env.step(spec.action.to_targets(action))
             history = np.concatenate([history[:, 1:], obs[:, None]], axis=1)
             for c in spec.images:
                 frames[c.name] = np.concatenate([frames[c.name][:, 1:], _view(env, c)[:, None]], axis=1)

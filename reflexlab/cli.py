@@ -85,6 +85,8 @@ def play(
     sampling_steps: int | None = None,
     execution_horizon: int | None = None,
     noise_seed: int = 0,
+    chunk_execution: Literal["receding", "ensemble"] = "receding",
+    ensemble_decay: float = 0.01,
 ) -> None:
     """Evaluate a checkpoint deterministically on seeded episodes; print and write a JSON report.
 
@@ -105,7 +107,11 @@ def play(
         sampling_steps: a generative policy's sampling steps (default: 1 for students, 10 for teachers).
         execution_horizon: actions a generative policy executes per chunk (Ta; default its Spec's).
         noise_seed: seed of a generative policy's noise draws.
+        chunk_execution: receding (each chunk's Ta actions, then re-plan) or ensemble (the policy node's
+            temporal ensembling: a chunk every step, the last Ta chunks averaged).
+        ensemble_decay: m in the ensemble's weights exp(-m * chunk age in steps).
     """
+    from deploy.chunking import ChunkConfig
     from policies.imitation import check_generative_task, evaluate_generative_run, is_generative, load_generative
 
     if is_generative(run_dir):
@@ -121,6 +127,7 @@ def play(
             execution_horizon,
             episode_steps=None if episode_s is None else round(episode_s * spec.control_rate_hz),
             video=video,
+            chunking=ChunkConfig(chunk_execution, ensemble_decay),
         )
         folder = Path(run_dir) if Path(run_dir).is_dir() else Path(run_dir).parent
         report = report or folder / f"eval_{Path(summary['checkpoint']).stem}.json"
@@ -281,9 +288,8 @@ def distill(
     samples_per_window: int = 8,
     lr: float = 1e-3,
     teacher_sampling_steps: int = 100,
-    unexecuted_step_weight: float = 1.0,
-    execution_horizon: int | None = None,
-    meanflow_boundary_fraction: float = 0.0,
+    unexecuted_step_weight: float = 0.1,
+    execution_horizon: int | None = 2,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -300,9 +306,8 @@ def distill(
         samples_per_window: teacher samples drawn (once, before training) per dataset window.
         lr: AdamW peak learning rate (linear warm-up, cosine decay over ``steps``).
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the student learns.
-        unexecuted_step_weight: loss weight (0-1) of the chunk steps a receding horizon never executes.
-        execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec; default the teacher's.
-        meanflow_boundary_fraction: fraction of a MeanFlow batch trained at (r, t) = (0, 1), the one-step jump.
+        unexecuted_step_weight: loss weight (0-1) of the chunk steps the student's Ta never executes.
+        execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec (the teacher's if None).
     """
     from policies.imitation import distill_run
 
@@ -323,7 +328,6 @@ def distill(
         teacher_sampling_steps=teacher_sampling_steps,
         unexecuted_step_weight=unexecuted_step_weight,
         execution_horizon=execution_horizon,
-        meanflow_boundary_fraction=meanflow_boundary_fraction,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 
@@ -361,7 +365,8 @@ def bench(
     teacher_time_budget_s: float | None = None,
     student_time_budget_s: float | None = None,
     teacher_sampling_steps: int = 100,
-    unexecuted_step_weight: float = 1.0,
+    unexecuted_step_weight: float = 0.1,
+    student_execution_horizon: int | None = 2,
     episodes: int = 100,
     execution_horizons: tuple[int, ...] = (1, 2, 4, 8),
 ) -> None:
@@ -397,6 +402,8 @@ def bench(
         student_time_budget_s: stop student training earlier (distill).
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the students learn (distill).
         unexecuted_step_weight: students' loss weight of the chunk steps a receding horizon never executes (distill).
+        student_execution_horizon: Ta the students' Specs record and their loss weights refer to; default the
+            teacher's (distill).
         episodes: seeded evaluation episodes per policy (distill).
         execution_horizons: actions executed per chunk (Ta) each policy is evaluated at; each is scored
             at its best; the first is filmed (distill).
@@ -415,6 +422,7 @@ def bench(
                 student_time_s=student_time_budget_s,
                 teacher_sampling_steps=teacher_sampling_steps,
                 unexecuted_step_weight=unexecuted_step_weight,
+                student_execution_horizon=student_execution_horizon,
                 eval_episodes=episodes,
                 execution_horizons=tuple(execution_horizons),
             )

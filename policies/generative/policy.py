@@ -73,7 +73,6 @@ class PolicyOptions:
     meanflow_logit_mean: float = 0.0
     meanflow_logit_std: float = 2.0
     meanflow_weight_power: float = 1.0
-    meanflow_boundary_fraction: float = 0.0
     dispersive_weight: float = 0.0
     dispersive_tau: float = 0.4
     image_keys: tuple[str, ...] = ()
@@ -183,7 +182,6 @@ class GenerativePolicy(nn.Module):
             o.meanflow_logit_mean,
             o.meanflow_logit_std,
             o.meanflow_weight_power,
-            boundary_fraction=o.meanflow_boundary_fraction,
         )
 
     @property

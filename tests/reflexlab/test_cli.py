@@ -65,6 +65,10 @@ def test_bench_distill_quick_runs_the_whole_pipeline(tmp_path: Path) -> None:
     assert m["latency_ratio_teacher100_to_consistency"] > 5
     assert "consistency_mean_max_coverage_gain_over_teacher1" in m
     assert "consistency: latency p99 <= 1000 us" in m["bars"] and "meanflow: both modes kept" in m["bars"]
+    trained = m["config"]["runs"]  # how each run was made: students re-plan every 2 steps, weighted for it
+    assert trained["seed0/diffusion"]["execution_horizon"] == 8
+    for s in ("consistency", "meanflow"):
+        assert (trained[f"seed0/{s}"]["execution_horizon"], trained[f"seed0/{s}"]["unexecuted_step_weight"]) == (2, 0.1)
     assert (tmp_path / "out" / "distill.png").is_file() and (tmp_path / "out" / "distill.json").is_file()
     assert (tmp_path / "work" / "demos" / "meta" / "info.json").is_file()
     assert (tmp_path / "out" / "distill_videos" / "consistency_1.mp4").stat().st_size > 1000

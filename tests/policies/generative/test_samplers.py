@@ -130,18 +130,6 @@ def test_meanflow_times() -> None:
     assert ((t > 0.95) & (r < 0.05)).any(), "the one-step jump (r ≈ 0, t ≈ 1) must be trained"
 
 
-def test_meanflow_boundary_fraction_trains_the_one_step_jump_exactly() -> None:
-    torch.manual_seed(0)
-    t, r = MeanFlow(r_equals_t=0.5, boundary_fraction=0.25).sample_times(20000)
-    corner = (t == 1.0) & (r == 0.0)
-    assert corner.float().mean().item() == pytest.approx(0.25, abs=0.02)
-    assert (r == t).float().mean().item() == pytest.approx(0.5, abs=0.02), "r = t keeps its share"
-    rest = ~corner
-    assert ((r[rest] <= t[rest]) & (r[rest] > 0) & (t[rest] < 1)).all()
-    with pytest.raises(ValueError, match="sum to at most 1"):
-        MeanFlow(r_equals_t=0.75, boundary_fraction=0.5)
-
-
 def test_meanflow_jvp_matches_a_finite_difference() -> None:
     """du/dt = v·∂_z u + ∂_t u from one forward-mode product equals a central difference along the path."""
     torch.manual_seed(0)

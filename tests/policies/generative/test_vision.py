@@ -40,7 +40,7 @@ OPTS = PolicyOptions(
     image_feature_dim=8,
 )
 TO, H, N_OBS, N_ACT = 2, 4, 3, 2
-# A state-only policy's options: its checkpoints carry no image_* field (and load as they did before cameras).
+# What a state-only policy's options were before cameras existed: its checkpoints must keep exactly these.
 STATE_ONLY_OPTION_KEYS = {
     "down_dims",
     "kernel_size",
@@ -55,7 +55,6 @@ STATE_ONLY_OPTION_KEYS = {
     "meanflow_logit_mean",
     "meanflow_logit_std",
     "meanflow_weight_power",
-    "meanflow_boundary_fraction",
     "dispersive_weight",
     "dispersive_tau",
 }
