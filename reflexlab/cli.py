@@ -401,7 +401,7 @@ def bench(
         teacher_time_budget_s: stop teacher training earlier (distill).
         student_time_budget_s: stop student training earlier (distill).
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the students learn (distill).
-        unexecuted_step_weight: students' loss weight of the chunk steps a receding horizon never executes (distill).
+        unexecuted_step_weight: students' loss weight of the chunk steps their Ta never executes (distill).
         student_execution_horizon: Ta the students' Specs record and their loss weights refer to; default the
             teacher's (distill).
         episodes: seeded evaluation episodes per policy (distill).
