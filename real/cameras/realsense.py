@@ -36,6 +36,15 @@ class CameraError(RuntimeError):
     """The camera cannot start as configured; the message says what is there instead."""
 
 
+class PlaybackStalled(CameraError):
+    """A non-real-time playback stopped delivering framesets before its end.
+
+    librealsense's non-real-time playback hangs now and then (librealsense issues #6340, #10312):
+    the recording is not stopped, yet no frameset comes. Without this the camera thread would wait
+    for ever and ``finished`` would never be set; playing the recording again is the remedy.
+    """
+
+
 @dataclasses.dataclass
 class RealSenseConfig:
     """Which camera (or recording) and how to stream it."""
@@ -54,6 +63,7 @@ class RealSenseConfig:
     clock_resync_after: int = 3  # refused (backwards) frames in a row before the mapping restarts
     stale_after_periods: float = 2.0  # a read older than this many frame periods counts as stale
     wait_timeout_ms: int = 100  # the thread's wait per try; bounds how long close() takes
+    playback_stall_s: float = 5.0  # non-real-time playback: no frameset for this long, not ended = stalled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,7 +229,9 @@ class RealSenseCamera:
 
         with self._new_frame:
             if not self._new_frame.wait_for(lambda: ready() or self.finished.is_set(), timeout_s) or not ready():
-                why = "the recording ended" if self.finished.is_set() else f"{timeout_s:g} s passed"
+                why = f"{timeout_s:g} s passed"
+                if self.finished.is_set():
+                    why = f"the camera thread stopped: {self.error}" if self.error else "the recording ended"
                 raise TimeoutError(f"no frame newer than {newer_than} from {self._source()}: {why}")
         return self.ring.latest()  # type: ignore[return-value]
 
@@ -227,15 +239,27 @@ class RealSenseCamera:
 
     def _run(self) -> None:
         assert self._pipeline is not None
+        cfg = self.config
+        # Only a non-real-time playback is owed frames continuously: a live camera or a real-time
+        # replay may legitimately go quiet (unplugged, a gap in the recording), and says so by its stats.
+        watch_stall = cfg.playback_file is not None and not cfg.playback_real_time
+        framesets, last_frameset = 0, time.monotonic()
         try:
             while not self._stop.is_set():
-                ok, frames = self._pipeline.try_wait_for_frames(self.config.wait_timeout_ms)
+                ok, frames = self._pipeline.try_wait_for_frames(cfg.wait_timeout_ms)
                 received_ns = self._now_ns()
                 if ok:
+                    framesets, last_frameset = framesets + 1, time.monotonic()
                     self._take(frames, received_ns)
                     del frames  # back to librealsense's frame pool before waiting again
                 elif self._playback_ended():
                     break
+                elif watch_stall and time.monotonic() - last_frameset > cfg.playback_stall_s:
+                    raise PlaybackStalled(
+                        f"non-real-time playback of {cfg.playback_file} stalled: no frameset for "
+                        f"{cfg.playback_stall_s:g} s after {framesets}, and the recording has not ended "
+                        f"(librealsense's non-real-time playback hang; {self.stats}): play it again"
+                    )
         except Exception as e:  # surfaced through .error; the thread must not die silently
             self.error = e
         finally:
