@@ -61,6 +61,7 @@ def evaluate_chunks(
     video: Path | None = None,
     video_camera: str = "top",
     chunking: ChunkConfig | None = None,
+    on_plan: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> EvalResult:
     """Run one episode per seed (all in one batch) with ``sampler`` choosing actions.
 
@@ -70,6 +71,8 @@ def evaluate_chunks(
     ensembling does (the same `ChunkExecutor`, one per scene): a chunk every control step, each
     step's action the weighted mean of the last Ta chunks' actions for it. Otherwise each chunk's Ta
     actions run open loop (Diffusion Policy's execution; the node's receding mode at Ta = 1).
+    ``on_plan(histories (N, To, n), running (N,) bool)`` is called before each chunk is sampled:
+    DAgger collects the states a policy visits with it.
     """
     entry = get_task(spec.task)
     entry.require("demo", "chunk-policy evaluation")
@@ -92,6 +95,8 @@ def evaluate_chunks(
     bar = tqdm(total=env.episode_steps, desc=desc, unit="step", disable=not progress, leave=False)
     while not env.done.all():
         noise = rng.standard_normal((len(seeds), h, a)).astype(np.float32)
+        if on_plan is not None:
+            on_plan(history.astype(np.float32), ~env.done)
         cams = (frames,) if spec.images else ()
         chunk = np.asarray(sampler(history.astype(np.float32), noise, *cams))
         if chunk.shape != (len(seeds), h, a) or not np.isfinite(chunk).all():

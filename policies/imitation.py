@@ -20,6 +20,7 @@ import torch
 
 from deploy.chunking import ChunkConfig
 from policies.checkpoint import resolve_checkpoint
+from policies.generative.dagger import DaggerConfig
 from policies.generative.policy import GenerativePolicy
 from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import ImageInput, Spec
@@ -257,6 +258,8 @@ def distill_run(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 0.1,
     execution_horizon: int | None = 2,
+    dagger: DaggerConfig | None = None,
+    init: Path | None = None,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
 
@@ -273,7 +276,9 @@ def distill_run(
     Ta = 2, `bench_distill`). ``unexecuted_step_weight`` weighs the loss on the chunk steps that Ta
     never executes (`consistency.chunk_step_weights`): weighted 0.1 for Ta 2, a MeanFlow student
     reached 0.942 / 0.83 at Ta 2 after 11,250 steps where the unweighted one had 0.934 / 0.36 after
-    12,000 (a consistency student scored the same either way, ~0.95 / 0.84).
+    12,000 (a consistency student scored the same either way, ~0.95 / 0.84). ``dagger`` adds rounds
+    on the states the student visits (`policies.generative.dagger`); ``init`` goes on from a student
+    run or checkpoint of the same method and teacher instead of starting from the teacher.
     """
     from policies.generative.policy import PolicyOptions
     from policies.generative.train import TrainConfig, distill_student
@@ -298,10 +303,12 @@ def distill_run(
         batch_size=batch_size,
         lr=lr,
         unexecuted_step_weight=unexecuted_step_weight,
+        dagger=dagger or DaggerConfig(),
         policy=options,
     )
+    start = None if init is None else resolve_checkpoint(Path(init))
     with flush_denormals():
-        return distill_student(ckpt, episodes, cfg, run_dir, spec.to_json())
+        return distill_student(ckpt, episodes, cfg, run_dir, spec.to_json(), init=start)
 
 
 def evaluate_generative_run(

@@ -290,6 +290,11 @@ def distill(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 0.1,
     execution_horizon: int | None = 2,
+    dagger_rounds: int = 0,
+    dagger_episodes: int = 100,
+    dagger_steps: int = 10_000,
+    dagger_draws_per_state: int = 2,
+    init: Path | None = None,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -308,11 +313,21 @@ def distill(
         teacher_sampling_steps: DDIM / Euler steps of the teacher samples the student learns.
         unexecuted_step_weight: loss weight (0-1) of the chunk steps the student's Ta never executes.
         execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec (the teacher's if None).
+        dagger_rounds: DAgger rounds after distillation: roll the student out, label the states it visits
+            with the teacher's samples, train on all samples so far (state-only students).
+        dagger_episodes: student rollouts per round (seeds 50000…, apart from demos and evaluation).
+        dagger_steps: optimiser steps after each round.
+        dagger_draws_per_state: teacher samples per visited state.
+        init: go on from this student run or checkpoint (same method and teacher); with --steps 0 only
+            the DAgger rounds run.
     """
+    from policies.generative.dagger import DaggerConfig
     from policies.imitation import distill_run
 
     _require(teacher, "a teacher run (reflexlab bc)")
     _require(dataset, "a dataset (reflexlab demos)")
+    if init is not None:
+        _require(init, "a student run (reflexlab distill)")
     ckpt = distill_run(
         teacher,
         method,
@@ -328,6 +343,8 @@ def distill(
         teacher_sampling_steps=teacher_sampling_steps,
         unexecuted_step_weight=unexecuted_step_weight,
         execution_horizon=execution_horizon,
+        dagger=DaggerConfig(dagger_rounds, dagger_episodes, dagger_steps, dagger_draws_per_state),
+        init=init,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 

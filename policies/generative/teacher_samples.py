@@ -82,23 +82,19 @@ class TeacherSamples:
         """Sample the teacher at ``steps`` (its deterministic sampler) from ``per_window`` noises per window."""
         if per_window < 1:
             raise ValueError(f"per_window must be >= 1, got {per_window}")
+        all_obs = windows.obs[windows.obs_index]
+        cameras = teacher.image_encoders is not None
+        if not cameras:
+            return cls.draw_at(teacher, all_obs, per_window, steps, seed, batch_size, device, progress)
+        if windows.images is None:
+            raise ValueError(f"the teacher reads cameras {list(teacher.image_keys)} but the episodes carry no images")
         teacher = teacher.eval().to(device)
         gen = torch.Generator().manual_seed(seed)
-        all_obs = windows.obs[windows.obs_index]
         obs = all_obs.repeat(per_window, 1, 1)
-        cameras = teacher.image_encoders is not None
-        if cameras and windows.images is None:
-            raise ValueError(f"the teacher reads cameras {list(teacher.image_keys)} but the episodes carry no images")
-        window = torch.arange(len(windows)).repeat(per_window) if cameras else None
+        window = torch.arange(len(windows)).repeat(per_window)
         noise = torch.randn((len(obs), teacher.cfg.horizon, teacher.cfg.action_dim), generator=gen)
         chunk = torch.empty_like(noise)
-        bar = tqdm(total=len(obs), desc=f"teacher@{steps} samples", file=sys.stderr, disable=not progress)
-        if window is None:
-            for start in range(0, len(obs), batch_size):
-                sl = slice(start, start + batch_size)
-                chunk[sl] = teacher.sample(obs[sl].to(device), noise[sl].to(device), steps).cpu()
-                bar.update(len(chunk[sl]))
-        else:
+        with tqdm(total=len(obs), desc=f"teacher@{steps} samples", file=sys.stderr, disable=not progress) as bar:
             # Cameras: encode each window's frames once (in eval mode the condition is deterministic), in
             # small batches (conv activations of 4096 windows would take GBs), and share it over the draws.
             cond = torch.cat(
@@ -114,10 +110,51 @@ class TeacherSamples:
                 x = teacher.sample_normalized(cond[window[sl].to(device)], noise[sl].to(device), steps)
                 chunk[sl] = teacher.action_norm.unnormalize(x).cpu()
                 bar.update(len(chunk[sl]))
-        bar.close()
-        if not torch.isfinite(chunk).all():
-            raise FloatingPointError("the teacher produced non-finite chunks: its checkpoint is broken")
-        return cls(obs, noise, chunk, window, windows if cameras else None)
+        _check_finite(chunk)
+        return cls(obs, noise, chunk, window, windows)
+
+    @classmethod
+    @torch.no_grad()
+    def draw_at(
+        cls,
+        teacher: GenerativePolicy,
+        states: torch.Tensor,
+        per_state: int,
+        steps: int,
+        seed: int = 0,
+        batch_size: int = 4096,
+        device: str = "cpu",
+        progress: bool = True,
+    ) -> TeacherSamples:
+        """A state-only teacher's samples at observation histories ``states`` (M, To, n) raw, ``per_state``
+        noises each: the windows of a dataset (`draw`) or the states a student visited (`dagger`)."""
+        if per_state < 1:
+            raise ValueError(f"per_state must be >= 1, got {per_state}")
+        if teacher.image_encoders is not None:
+            raise ValueError(f"the teacher reads cameras {list(teacher.image_keys)}: draw its samples from windows")
+        teacher = teacher.eval().to(device)
+        gen = torch.Generator().manual_seed(seed)
+        obs = states.repeat(per_state, 1, 1)
+        noise = torch.randn((len(obs), teacher.cfg.horizon, teacher.cfg.action_dim), generator=gen)
+        chunk = torch.empty_like(noise)
+        with tqdm(total=len(obs), desc=f"teacher@{steps} samples", file=sys.stderr, disable=not progress) as bar:
+            for start in range(0, len(obs), batch_size):
+                sl = slice(start, start + batch_size)
+                chunk[sl] = teacher.sample(obs[sl].to(device), noise[sl].to(device), steps).cpu()
+                bar.update(len(chunk[sl]))
+        _check_finite(chunk)
+        return cls(obs, noise, chunk)
+
+    def __add__(self, other: TeacherSamples) -> TeacherSamples:
+        """Both sets of samples (state-only): DAgger's aggregate of the dataset's and the visited states'."""
+        if self.window is not None or other.window is not None:
+            raise ValueError("only state-only teacher samples can be concatenated")
+        return TeacherSamples(
+            *(
+                torch.cat([a, b])
+                for a, b in ((self.obs, other.obs), (self.noise, other.noise), (self.chunk, other.chunk))
+            )
+        )
 
     @classmethod
     def load_or_draw(
@@ -155,6 +192,11 @@ class TeacherSamples:
         state |= {"obs": samples.obs, "noise": samples.noise, "chunk": samples.chunk}
         replace_atomically(path, lambda tmp: torch.save(state, tmp))
         return samples, False
+
+
+def _check_finite(chunk: torch.Tensor) -> None:
+    if not torch.isfinite(chunk).all():
+        raise FloatingPointError("the teacher produced non-finite chunks: its checkpoint is broken")
 
 
 def _cache_key(teacher_sha256: str, windows: ChunkWindows, per_window: int, steps: int, seed: int) -> str:

@@ -27,6 +27,7 @@ from tqdm import tqdm
 
 from policies.checkpoint import file_sha256
 from policies.generative.consistency import TEACHER_STEPS, chunk_step_weights, distillation_loss
+from policies.generative.dagger import DaggerConfig, visited_states
 from policies.generative.data import ChunkWindows
 from policies.generative.ema import EMA
 from policies.generative.normalizer import MinMaxNormalizer
@@ -56,8 +57,9 @@ STUDENTS = ("consistency", "meanflow")
 class TrainConfig:
     """One training run. ``policy`` sets the network and method options of a policy trained from data;
     a student copies its teacher's network and takes only the method options (meanflow_*,
-    dispersive_*) from here. Training stops at ``max_steps`` or after ``time_budget_s``, whichever
-    comes first; the learning-rate schedule always spans ``max_steps``. ``device`` holds the
+    dispersive_*) from here; ``dagger`` adds rounds of training on states the student visits.
+    Training stops at ``max_steps`` or after ``time_budget_s``, whichever comes first; the
+    learning-rate schedule always spans ``max_steps``. ``device`` holds the
     networks and each batch (the episodes stay in CPU memory); checkpoints load on any device.
     """
 
@@ -74,6 +76,7 @@ class TrainConfig:
     teacher_steps: int = TEACHER_STEPS
     teacher_samples_per_window: int = 8
     unexecuted_step_weight: float = 1.0
+    dagger: DaggerConfig = field(default_factory=DaggerConfig)
     seed: int = 0
     device: str = "cpu"
     checkpoint_every: int = 5000
@@ -106,7 +109,14 @@ def train_teacher(episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json
     return _fit(policy, loss_fn, windows, ema, cfg, Path(run_dir), extra)
 
 
-def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json: str) -> Path:
+def distill_student(
+    teacher_ckpt: Path,
+    episodes: Episodes,
+    cfg: TrainConfig,
+    run_dir: Path,
+    spec_json: str,
+    init: Path | None = None,
+) -> Path:
     """Train a one-step student of a teacher checkpoint on the observations of ``episodes``.
 
     The teacher's Spec must equal the dataset's (``spec_json``): a `SpecMismatchError` names the
@@ -115,6 +125,11 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     noise draws per window, drawn once and kept beside the teacher (`TeacherSamples.load_or_draw`):
     ``consistency`` regresses its one step onto them with a fixed-decay EMA; ``meanflow`` learns the
     average velocity of each (noise, chunk) pair's straight path, with the teacher-schedule EMA.
+    Then ``cfg.dagger.rounds`` DAgger rounds (`dagger`): the teacher's samples at the states the
+    student visits join the set, and training goes on for ``cfg.dagger.steps`` per round.
+
+    ``init``: start from this student checkpoint (of the same method and teacher) instead of the
+    teacher's weights; with ``cfg.max_steps`` = 0 only the DAgger rounds run.
     """
     if cfg.method not in STUDENTS:
         raise ValueError(f"distill_student trains {' or '.join(STUDENTS)}, not {cfg.method}")
@@ -128,8 +143,14 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
     _check_images(windows, teacher.cfg.options, spec)
     torch.manual_seed(cfg.seed)
     teacher.requires_grad_(False).to(cfg.device)
-    student = make_student(teacher, cfg.method, cfg.policy).to(cfg.device)
     teacher_sha256 = file_sha256(teacher_ckpt)
+    if init is None:
+        student, init_ema, init_step = make_student(teacher, cfg.method, cfg.policy), None, 0
+    else:
+        student, init_ema, init_step = _init_student(Path(init), cfg.method, teacher_sha256)
+    student.to(cfg.device)
+    if cfg.max_steps < 1 and cfg.dagger.rounds < 1:
+        raise ValueError("nothing to train: max_steps is 0 and there are no DAgger rounds")
     samples, cached = TeacherSamples.load_or_draw(
         teacher,
         teacher_sha256,
@@ -162,6 +183,9 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
         ) -> Loss:
             return student.loss(obs, chunk, noise, images, weights)
 
+    if init_ema is not None:
+        ema.model.load_state_dict(init_ema)
+        ema.updates = init_step  # the decay schedule goes on where the run it continues left it
     extra = {
         "spec": spec.to_dict(),
         "train_config": dataclasses.asdict(cfg),
@@ -171,8 +195,65 @@ def distill_student(teacher_ckpt: Path, episodes: Episodes, cfg: TrainConfig, ru
         "teacher_method": teacher.method,
         "teacher_samples": len(samples),
         "teacher_samples_cached": cached,
+        "init": None if init is None else str(init),
+        "dagger_rounds": [],
     }
-    return _fit(student, loss_fn, samples, ema, cfg, Path(run_dir), extra)
+    run_dir, step = Path(run_dir), init_step
+    ckpt = None
+    if cfg.max_steps > 0:
+        ckpt = _fit(student, loss_fn, samples, ema, cfg, run_dir, extra, start_step=step)
+        step += cfg.max_steps
+    dg = cfg.dagger
+    round_cfg = dataclasses.replace(
+        cfg, max_steps=dg.steps, checkpoint_every=dg.steps, warmup_steps=min(500, dg.steps // 10 + 1)
+    )
+    for r in range(dg.rounds):
+        visits = visited_states(ema.model, spec, dg.round_seeds(r), noise_seed=dg.seed + r)
+        new = TeacherSamples.draw_at(
+            teacher,
+            visits.states,
+            dg.draws_per_state,
+            cfg.teacher_steps,
+            seed=dg.seed + r,
+            device=cfg.device,
+            progress=cfg.progress,
+        )
+        samples = samples + new
+        extra["dagger_rounds"] = [
+            *extra["dagger_rounds"],
+            {
+                "round": r + 1,
+                "seeds": f"{dg.round_seeds(r)[0]}..{dg.round_seeds(r)[-1]}",
+                "visited_states": len(visits.states),
+                "rollout_success_rate": visits.success_rate,
+                "rollout_mean_max_coverage": visits.mean_max_coverage,
+                "samples_after": len(samples),
+            },
+        ]
+        extra["teacher_samples"] = len(samples)
+        if cfg.progress:
+            print(
+                f"DAgger round {r + 1}: the student (step {step}) scored {visits.mean_max_coverage:.3f} / "
+                f"{visits.success_rate:.2f} on {dg.episodes} rollouts; {len(visits.states)} visited states "
+                f"labelled, {len(samples)} samples",
+                file=sys.stderr,
+            )
+        ckpt = _fit(student, loss_fn, samples, ema, round_cfg, run_dir, extra, start_step=step)
+        step += dg.steps
+    assert ckpt is not None
+    return ckpt
+
+
+def _init_student(path: Path, method: str, teacher_sha256: str) -> tuple[GenerativePolicy, dict[str, Any], int]:
+    """(training weights, EMA weights, step) of a student checkpoint to go on from; refused unless it is a
+    ``method`` student of this very teacher."""
+    student, extra = GenerativePolicy.load(path, use_ema=False)
+    averaged, _ = GenerativePolicy.load(path)
+    if extra.get("role") != "student" or student.method != method:
+        raise ValueError(f"{path} is a {student.method} {extra.get('role')}, not a {method} student to go on from")
+    if extra.get("teacher_sha256") != teacher_sha256:
+        raise ValueError(f"{path} was distilled from another teacher ({extra.get('teacher')}) than this one")
+    return student, averaged.state_dict(), int(extra.get("step", 0))
 
 
 def _windows(episodes: Episodes, spec: Spec) -> ChunkWindows:
@@ -218,15 +299,21 @@ def _fit(
     cfg: TrainConfig,
     run_dir: Path,
     extra: dict[str, Any],
+    start_step: int = 0,
 ) -> Path:
-    """The shared loop; refuses a non-finite loss, naming the step, before it reaches the weights."""
+    """The shared loop; refuses a non-finite loss, naming the step, before it reaches the weights.
+
+    ``start_step``: where a run that goes on (a DAgger round) counts from, for checkpoint names and logs;
+    the optimiser and its learning-rate schedule start afresh over ``cfg.max_steps``.
+    """
     run_dir.mkdir(parents=True, exist_ok=True)
     policy.train()
     params = [p for p in policy.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, cfg.warmup_steps, cfg.max_steps))
     writer = SummaryWriter(log_dir=str(run_dir))
-    start, step, stopped_by = time.monotonic(), 0, "max_steps"
+    start, step, stopped_by = time.monotonic(), start_step, "max_steps"
+    end = start_step + cfg.max_steps
 
     def checkpoint() -> Path:
         info = {**extra, "step": step, "elapsed_s": time.monotonic() - start, "stopped_by": stopped_by}
@@ -234,7 +321,7 @@ def _fit(
 
     try:
         with tqdm(total=cfg.max_steps, desc=policy.method, file=sys.stderr, disable=not cfg.progress) as bar:
-            while step < cfg.max_steps:
+            while step < end:
                 batch = batches.gather(torch.randint(len(batches), (cfg.batch_size,)))
                 loss, logs = loss_fn(*(x.to(cfg.device) for x in batch))
                 if not torch.isfinite(loss):
@@ -249,7 +336,7 @@ def _fit(
                 ema.update(policy)
                 step += 1
                 bar.update(1)
-                if step % cfg.log_every == 0 or step == 1:
+                if step % cfg.log_every == 0 or step == start_step + 1:
                     for k, v in logs.items():
                         writer.add_scalar(f"train/{k}", v, step)
                     writer.add_scalar("train/lr", sched.get_last_lr()[0], step)
@@ -258,7 +345,7 @@ def _fit(
                 if cfg.time_budget_s is not None and time.monotonic() - start >= cfg.time_budget_s:
                     stopped_by = "time_budget"
                     break
-                if step % cfg.checkpoint_every == 0 and step < cfg.max_steps:
+                if (step - start_step) % cfg.checkpoint_every == 0 and step < end:
                     checkpoint()
         return checkpoint()
     finally:

@@ -15,6 +15,7 @@ import pytest
 from deploy.onnx_export import export_generative_checkpoint
 from deploy.runner import OnnxGenerator, PolicyInputError
 from policies.chunk_eval import evaluate_chunks
+from policies.generative.dagger import DaggerConfig, visited_states
 from policies.imitation import TorchSampler, distill_run, is_generative, load_generative, train_bc_run
 from reflexlab.dataset import DatasetError, DatasetWriter, load_dataset
 from reflexlab.spec import SpecMismatchError
@@ -159,6 +160,38 @@ def test_distillation_refuses_an_execution_horizon_the_chunk_cannot_hold(runs: d
             runs["diffusion"], "consistency", runs["demos"], tmp_path / "s", 2, None, 0, progress=False,
             execution_horizon=16,
         )  # fmt: skip
+
+
+def test_dagger_rounds_label_the_states_the_student_visits(runs: dict[str, Path], tmp_path: Path) -> None:
+    """Two rounds: each rolls the student out on new seeds, adds the teacher's samples at every re-plan of a
+    running scene, and trains on; a run can go on from a student of the same method and teacher."""
+    dagger = DaggerConfig(rounds=2, episodes=2, steps=3, draws_per_state=2)
+    kw = {"progress": False, "teacher_sampling_steps": 3}
+    ckpt = distill_run(runs["diffusion"], "consistency", runs["demos"], tmp_path / "c", 4, None, 0, dagger=dagger, **kw)
+    assert ckpt.name == "model_10.pt" and (tmp_path / "c" / "model_7.pt").exists()  # 4 steps, then 3 per round
+    _, spec, extra, _ = load_generative(ckpt)
+    rounds = extra["dagger_rounds"]
+    assert [r["seeds"] for r in rounds] == ["50000..50001", "50002..50003"]
+    # What round 1 labelled: the student of step 4 on seeds 50000-1, re-planning every Ta = 2 steps while running.
+    student, _, _, _ = load_generative(tmp_path / "c" / "model_4.pt")
+    visits = visited_states(student, spec, [50000, 50001], noise_seed=50000)
+    assert rounds[0]["visited_states"] == len(visits.states) > 0
+    assert rounds[0]["rollout_success_rate"] == visits.success_rate
+    windows = extra["teacher_samples"] - 2 * sum(r["visited_states"] for r in rounds)
+    assert rounds[0]["samples_after"] == windows + 2 * len(visits.states)
+    assert extra["train_config"]["dagger"]["rounds"] == 2
+    # Going on: only the rounds run, counted from where the student stopped.
+    more = distill_run(
+        runs["diffusion"], "consistency", runs["demos"], tmp_path / "c2", 0, None, 0,
+        dagger=DaggerConfig(rounds=1, episodes=2, steps=3), init=tmp_path / "c", **kw,
+    )  # fmt: skip
+    assert more.name == "model_13.pt" and load_generative(more)[2]["init"] == str(ckpt)
+    with pytest.raises(ValueError, match="not a meanflow student"):
+        distill_run(
+            runs["diffusion"], "meanflow", runs["demos"], tmp_path / "m", 0, None, 0, dagger=dagger, init=ckpt, **kw
+        )
+    with pytest.raises(ValueError, match="nothing to train"):
+        distill_run(runs["diffusion"], "consistency", runs["demos"], tmp_path / "n", 0, None, 0, init=ckpt, **kw)
 
 
 def test_cli_bc_names_the_corrupt_episode(runs: dict[str, Path], tmp_path: Path, capsys) -> None:

@@ -43,6 +43,22 @@ def test_draws_are_seeded_and_refuse_nonsense() -> None:
         TeacherSamples.draw(teacher, windows, 0, 2, progress=False)
 
 
+def test_samples_at_any_states_join_the_windows_samples() -> None:
+    """DAgger's labels: the teacher's samples at states no window holds, added to the dataset's samples."""
+    teacher, windows = _teacher()
+    base = TeacherSamples.draw(teacher, windows, 2, 3, progress=False)
+    states = torch.linspace(-0.5, 0.5, 5).view(5, 1, 1)
+    visited = TeacherSamples.draw_at(teacher, states, per_state=3, steps=3, seed=1, progress=False)
+    assert len(visited) == 15 and torch.equal(visited.obs[5:10], states)
+    with torch.no_grad():
+        assert torch.allclose(teacher.sample(visited.obs, visited.noise, 3), visited.chunk, atol=1e-6)
+    both = base + visited
+    assert len(both) == len(base) + 15
+    assert torch.equal(both.chunk[len(base) :], visited.chunk) and torch.equal(both.obs[: len(base)], base.obs)
+    with pytest.raises(ValueError, match="per_state"):
+        TeacherSamples.draw_at(teacher, states, 0, 3, progress=False)
+
+
 def test_a_broken_teacher_is_refused() -> None:
     teacher, windows = _teacher()
     with torch.no_grad():
