@@ -384,7 +384,11 @@ def bench(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 0.1,
     student_execution_horizon: int | None = 2,
+    dagger_rounds: int = 2,
+    dagger_episodes: int = 100,
+    dagger_steps: int = 10_000,
     episodes: int = 100,
+    bar_episodes: int = 400,
     execution_horizons: tuple[int, ...] = (1, 2, 4, 8),
 ) -> None:
     """Benchmarks; each prints a human table and ends stdout with one JSON line of metrics.
@@ -421,7 +425,12 @@ def bench(
         unexecuted_step_weight: students' loss weight of the chunk steps their Ta never executes (distill).
         student_execution_horizon: Ta the students' Specs record and their loss weights refer to; default the
             teacher's (distill).
-        episodes: seeded evaluation episodes per policy (distill).
+        dagger_rounds: DAgger rounds after each student's distillation (distill).
+        dagger_episodes: student rollouts labelled by the teacher per DAgger round (distill).
+        dagger_steps: optimiser steps per DAgger round (distill).
+        episodes: seeded evaluation episodes per policy and execution horizon (distill).
+        bar_episodes: further seeded episodes on which teacher@100 and the students are compared for the
+            ratio bars, each at its chosen Ta (distill).
         execution_horizons: actions executed per chunk (Ta) each policy is evaluated at; each is scored
             at its best; the first is filmed (distill).
     """
@@ -440,7 +449,11 @@ def bench(
                 teacher_sampling_steps=teacher_sampling_steps,
                 unexecuted_step_weight=unexecuted_step_weight,
                 student_execution_horizon=student_execution_horizon,
+                dagger_rounds=dagger_rounds,
+                dagger_episodes=dagger_episodes,
+                dagger_steps=dagger_steps,
                 eval_episodes=episodes,
+                bar_episodes=bar_episodes,
                 execution_horizons=tuple(execution_horizons),
             )
         )

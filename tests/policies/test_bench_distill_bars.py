@@ -53,6 +53,19 @@ def test_a_teacher_that_never_succeeds_gives_no_ratio_to_meet() -> None:
     assert got["consistency: success_rate >= 95% of teacher@100"] is False
 
 
+def test_ratio_bars_are_judged_on_the_bar_episodes_when_both_have_them() -> None:
+    rows = {
+        "diffusion@100": {**_row(0.95, 0.92, 90_000, 95_000, 0.65, 0.75), "bar_success_rate": [0.90]},
+        "diffusion@1": _row(0.3, 0.0, 900, 1_000, 0.5, 0.8),
+        "lucky@1": {**_row(0.95, 0.89, 500, 800, 0.66, 0.7), "bar_success_rate": [0.80]},  # 0.89 on few episodes
+        "steady@1": {**_row(0.95, 0.84, 500, 800, 0.66, 0.7), "bar_success_rate": [0.86]},
+    }
+    got = bars(rows, "diffusion", ("lucky", "steady"), (100, 1))
+    assert not got["lucky: success_rate >= 95% of teacher@100"]
+    assert got["steady: success_rate >= 95% of teacher@100"]
+    assert got["steady: mean_max_coverage >= 95% of teacher@100"]  # no bar episodes for it: the sweep's
+
+
 def test_a_policy_is_scored_at_its_best_execution_horizon() -> None:
     row = {
         "ta8_mean_max_coverage": [0.87, 0.85],

@@ -69,6 +69,12 @@ def test_bench_distill_quick_runs_the_whole_pipeline(tmp_path: Path) -> None:
     assert trained["seed0/diffusion"]["execution_horizon"] == 8
     for s in ("consistency", "meanflow"):
         assert (trained[f"seed0/{s}"]["execution_horizon"], trained[f"seed0/{s}"]["unexecuted_step_weight"]) == (2, 0.1)
+        assert [r["seeds"] for r in trained[f"seed0/{s}"]["dagger_rounds"]] == ["50000..50001"]  # quick: one round
+    # The ratio bars compare teacher@100 and the students on further episodes, each at its chosen Ta.
+    assert m["config"]["bar_seeds"] == "10004..10007"
+    for name in ("diffusion_100", "consistency_1", "meanflow_1"):
+        assert 0.0 <= m[f"{name}_bar_success_rate"] <= 1.0
+    assert "diffusion_10_bar_success_rate" not in m
     assert (tmp_path / "out" / "distill.png").is_file() and (tmp_path / "out" / "distill.json").is_file()
     assert (tmp_path / "work" / "demos" / "meta" / "info.json").is_file()
     assert (tmp_path / "out" / "distill_videos" / "consistency_1.mp4").stat().st_size > 1000
