@@ -8,7 +8,9 @@ round of DAgger (Ross et al., 2011; as in policy distillation) rolls the student
 episodes of its task, keeps the observation history at each re-plan of every scene still running,
 draws the teacher's samples there (``draws_per_state`` noises each, the teacher's deterministic
 sampler at the distillation's steps), adds them to the samples trained on so far and trains the
-student on the aggregate for ``steps`` more optimiser steps.
+student on the aggregate for ``steps`` more optimiser steps. The labels of every round are kept in
+the run folder (``dagger_samples.pt``), so a run that goes on from a checkpoint (``distill
+--init``) aggregates them too and numbers its rounds (and seeds) on from there.
 
 Rollout seeds start at ``seed`` (far from the demonstrations' seeds, 0…, and from `bench distill`'s
 evaluation seeds, 10000…), so no evaluation episode is ever labelled. State-only students: a
@@ -17,13 +19,19 @@ student with cameras would need the rendered frames of every visited state kept 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
 from policies.generative.policy import GenerativePolicy
+from policies.generative.teacher_samples import TeacherSamples
+from reflexlab.dataset import replace_atomically
 from reflexlab.spec import Spec
+
+LABELS_FILE = "dagger_samples.pt"
 
 
 @dataclass(frozen=True)
@@ -73,3 +81,41 @@ def visited_states(student: GenerativePolicy, spec: Spec, seeds: list[int], nois
     res = evaluate_chunks(TorchSampler(student, 1), spec, seeds, noise_seed=noise_seed, on_plan=keep)
     summary = res.summary()
     return Visits(torch.from_numpy(np.concatenate(kept)), summary["success_rate"], summary["mean_max_coverage"])
+
+
+@dataclass(frozen=True)
+class Labels:
+    """The teacher's samples at the visited states of every round so far, and each round's record."""
+
+    samples: TeacherSamples | None = None
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return 0 if self.samples is None else len(self.samples)
+
+    def add(self, new: TeacherSamples, record: dict[str, Any]) -> Labels:
+        samples = new if self.samples is None else self.samples + new
+        return Labels(samples, [*self.rounds, {**record, "labels_after": len(samples)}])
+
+    def save(self, run_dir: Path) -> None:
+        assert self.samples is not None
+        state = {"obs": self.samples.obs, "noise": self.samples.noise, "chunk": self.samples.chunk}
+        Path(run_dir).mkdir(parents=True, exist_ok=True)
+        replace_atomically(Path(run_dir) / LABELS_FILE, lambda tmp: torch.save(state, tmp))
+
+    @classmethod
+    def load(cls, run_dir: Path, rounds: list[dict[str, Any]]) -> Labels:
+        """The labels a checkpoint's ``rounds`` were trained on, from its run folder; refused if they are not there."""
+        if not rounds:
+            return cls()
+        path = Path(run_dir) / LABELS_FILE
+        want = rounds[-1]["labels_after"]
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+            samples = TeacherSamples(state["obs"], state["noise"], state["chunk"])
+        except Exception as e:  # missing, truncated or foreign: the aggregate cannot be rebuilt
+            raise ValueError(f"the DAgger labels of the {len(rounds)} round(s) to go on from, {path}: {e}") from e
+        if len(samples) < want:
+            raise ValueError(f"{path} holds {len(samples)} DAgger labels, the checkpoint was trained on {want}")
+        # A later round of the same run may have saved more: take what this checkpoint had.
+        return cls(TeacherSamples(samples.obs[:want], samples.noise[:want], samples.chunk[:want]), list(rounds))

@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from policies.checkpoint import file_sha256
 from policies.generative.consistency import TEACHER_STEPS, chunk_step_weights, distillation_loss
-from policies.generative.dagger import DaggerConfig, visited_states
+from policies.generative.dagger import DaggerConfig, Labels, visited_states
 from policies.generative.data import ChunkWindows
 from policies.generative.ema import EMA
 from policies.generative.normalizer import MinMaxNormalizer
@@ -144,13 +144,13 @@ def distill_student(
     torch.manual_seed(cfg.seed)
     teacher.requires_grad_(False).to(cfg.device)
     teacher_sha256 = file_sha256(teacher_ckpt)
-    if init is None:
-        student, init_ema, init_step = make_student(teacher, cfg.method, cfg.policy), None, 0
-    else:
-        student, init_ema, init_step = _init_student(Path(init), cfg.method, teacher_sha256)
-    student.to(cfg.device)
     if cfg.max_steps < 1 and cfg.dagger.rounds < 1:
         raise ValueError("nothing to train: max_steps is 0 and there are no DAgger rounds")
+    if init is None:
+        student, init_ema, init_step, before = make_student(teacher, cfg.method, cfg.policy), None, 0, Labels()
+    else:
+        student, init_ema, init_step, before = _init_student(Path(init), cfg.method, teacher_sha256)
+    student.to(cfg.device)
     samples, cached = TeacherSamples.load_or_draw(
         teacher,
         teacher_sha256,
@@ -196,7 +196,7 @@ def distill_student(
         "teacher_samples": len(samples),
         "teacher_samples_cached": cached,
         "init": None if init is None else str(init),
-        "dagger_rounds": [],
+        "dagger_rounds": before.rounds,
     }
     run_dir, step = Path(run_dir), init_step
     ckpt = None
@@ -207,7 +207,8 @@ def distill_student(
     round_cfg = dataclasses.replace(
         cfg, max_steps=dg.steps, checkpoint_every=dg.steps, warmup_steps=min(500, dg.steps // 10 + 1)
     )
-    for r in range(dg.rounds):
+    labels = before
+    for r in range(len(before.rounds), len(before.rounds) + dg.rounds):  # a run that goes on counts on
         visits = visited_states(ema.model, spec, dg.round_seeds(r), noise_seed=dg.seed + r)
         new = TeacherSamples.draw_at(
             teacher,
@@ -218,42 +219,41 @@ def distill_student(
             device=cfg.device,
             progress=cfg.progress,
         )
-        samples = samples + new
-        extra["dagger_rounds"] = [
-            *extra["dagger_rounds"],
-            {
-                "round": r + 1,
-                "seeds": f"{dg.round_seeds(r)[0]}..{dg.round_seeds(r)[-1]}",
-                "visited_states": len(visits.states),
-                "rollout_success_rate": visits.success_rate,
-                "rollout_mean_max_coverage": visits.mean_max_coverage,
-                "samples_after": len(samples),
-            },
-        ]
-        extra["teacher_samples"] = len(samples)
+        record = {
+            "round": r + 1,
+            "seeds": f"{dg.round_seeds(r)[0]}..{dg.round_seeds(r)[-1]}",
+            "visited_states": len(visits.states),
+            "rollout_success_rate": visits.success_rate,
+            "rollout_mean_max_coverage": visits.mean_max_coverage,
+        }
+        labels = labels.add(new, record)
+        labels.save(run_dir)
+        extra["dagger_rounds"] = labels.rounds
+        extra["teacher_samples"] = len(samples) + len(labels)
         if cfg.progress:
             print(
                 f"DAgger round {r + 1}: the student (step {step}) scored {visits.mean_max_coverage:.3f} / "
                 f"{visits.success_rate:.2f} on {dg.episodes} rollouts; {len(visits.states)} visited states "
-                f"labelled, {len(samples)} samples",
+                f"labelled, {len(samples) + len(labels)} samples",
                 file=sys.stderr,
             )
-        ckpt = _fit(student, loss_fn, samples, ema, round_cfg, run_dir, extra, start_step=step)
+        ckpt = _fit(student, loss_fn, samples + labels.samples, ema, round_cfg, run_dir, extra, start_step=step)
         step += dg.steps
     assert ckpt is not None
     return ckpt
 
 
-def _init_student(path: Path, method: str, teacher_sha256: str) -> tuple[GenerativePolicy, dict[str, Any], int]:
-    """(training weights, EMA weights, step) of a student checkpoint to go on from; refused unless it is a
-    ``method`` student of this very teacher."""
+def _init_student(path: Path, method: str, teacher_sha256: str) -> tuple[GenerativePolicy, dict[str, Any], int, Labels]:
+    """(training weights, EMA weights, step, DAgger labels so far) of a student checkpoint to go on from;
+    refused unless it is a ``method`` student of this very teacher."""
     student, extra = GenerativePolicy.load(path, use_ema=False)
     averaged, _ = GenerativePolicy.load(path)
     if extra.get("role") != "student" or student.method != method:
         raise ValueError(f"{path} is a {student.method} {extra.get('role')}, not a {method} student to go on from")
     if extra.get("teacher_sha256") != teacher_sha256:
         raise ValueError(f"{path} was distilled from another teacher ({extra.get('teacher')}) than this one")
-    return student, averaged.state_dict(), int(extra.get("step", 0))
+    labels = Labels.load(path.parent, extra.get("dagger_rounds", []))
+    return student, averaged.state_dict(), int(extra.get("step", 0)), labels
 
 
 def _windows(episodes: Episodes, spec: Spec) -> ChunkWindows:

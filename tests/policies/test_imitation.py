@@ -177,15 +177,25 @@ def test_dagger_rounds_label_the_states_the_student_visits(runs: dict[str, Path]
     visits = visited_states(student, spec, [50000, 50001], noise_seed=50000)
     assert rounds[0]["visited_states"] == len(visits.states) > 0
     assert rounds[0]["rollout_success_rate"] == visits.success_rate
-    windows = extra["teacher_samples"] - 2 * sum(r["visited_states"] for r in rounds)
-    assert rounds[0]["samples_after"] == windows + 2 * len(visits.states)
+    assert rounds[0]["labels_after"] == 2 * len(visits.states)
+    assert rounds[1]["labels_after"] == 2 * (len(visits.states) + rounds[1]["visited_states"])
     assert extra["train_config"]["dagger"]["rounds"] == 2
-    # Going on: only the rounds run, counted from where the student stopped.
+    # Going on: only the rounds run, counted (steps, rounds, seeds) from where the student stopped, on all labels.
     more = distill_run(
         runs["diffusion"], "consistency", runs["demos"], tmp_path / "c2", 0, None, 0,
         dagger=DaggerConfig(rounds=1, episodes=2, steps=3), init=tmp_path / "c", **kw,
     )  # fmt: skip
-    assert more.name == "model_13.pt" and load_generative(more)[2]["init"] == str(ckpt)
+    more_extra = load_generative(more)[2]
+    assert more.name == "model_13.pt" and more_extra["init"] == str(ckpt)
+    assert [r["seeds"] for r in more_extra["dagger_rounds"]] == ["50000..50001", "50002..50003", "50004..50005"]
+    third = more_extra["dagger_rounds"][2]
+    assert third["labels_after"] == rounds[1]["labels_after"] + 2 * third["visited_states"]
+    assert more_extra["teacher_samples"] == extra["teacher_samples"] + 2 * third["visited_states"]
+    (tmp_path / "c" / "dagger_samples.pt").write_bytes(b"truncated")
+    with pytest.raises(ValueError, match="DAgger labels of the 2 round"):
+        distill_run(
+            runs["diffusion"], "consistency", runs["demos"], tmp_path / "c3", 0, None, 0, dagger=dagger, init=ckpt, **kw
+        )
     with pytest.raises(ValueError, match="not a meanflow student"):
         distill_run(
             runs["diffusion"], "meanflow", runs["demos"], tmp_path / "m", 0, None, 0, dagger=dagger, init=ckpt, **kw
