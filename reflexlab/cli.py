@@ -290,7 +290,7 @@ def distill(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 0.1,
     execution_horizon: int | None = 2,
-    dagger_rounds: int = 0,
+    dagger_rounds: int | None = None,
     dagger_episodes: int = 100,
     dagger_steps: int = 10_000,
     dagger_draws_per_state: int = 2,
@@ -314,7 +314,8 @@ def distill(
         unexecuted_step_weight: loss weight (0-1) of the chunk steps the student's Ta never executes.
         execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec (the teacher's if None).
         dagger_rounds: DAgger rounds after distillation: roll the student out, label the states it visits
-            with the teacher's samples, train on all samples so far (state-only students).
+            with the teacher's samples, train on all samples so far. Default 2 for state-only students,
+            0 for students with cameras (DAgger would need every visited frame).
         dagger_episodes: student rollouts per round (seeds 50000…, apart from demos and evaluation).
         dagger_steps: optimiser steps after each round.
         dagger_draws_per_state: teacher samples per visited state.
@@ -384,7 +385,7 @@ def bench(
     teacher_sampling_steps: int = 100,
     unexecuted_step_weight: float = 0.1,
     student_execution_horizon: int | None = 2,
-    dagger_rounds: int = 2,
+    dagger_rounds: int | None = None,
     dagger_episodes: int = 100,
     dagger_steps: int = 10_000,
     episodes: int = 100,
@@ -425,7 +426,8 @@ def bench(
         unexecuted_step_weight: students' loss weight of the chunk steps their Ta never executes (distill).
         student_execution_horizon: Ta the students' Specs record and their loss weights refer to; default the
             teacher's (distill).
-        dagger_rounds: DAgger rounds after each student's distillation (distill).
+        dagger_rounds: DAgger rounds after each student's distillation; default 2 for state-only students
+            (distill).
         dagger_episodes: student rollouts labelled by the teacher per DAgger round (distill).
         dagger_steps: optimiser steps per DAgger round (distill).
         episodes: seeded evaluation episodes per policy and execution horizon (distill).

@@ -22,6 +22,7 @@ from reflexlab.spec import SpecMismatchError
 from sim.demos import record_demos
 
 TINY = {"down_dims": (16, 32)}
+NO_DAGGER = DaggerConfig(rounds=0)  # `test_dagger_rounds_label_the_states_the_student_visits` runs them
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +35,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out = {"demos": demos, "diffusion": teacher}
     for method in ("consistency", "meanflow"):
         out[method] = root / method
-        distill_run(teacher, method, demos, out[method], 6, None, 0, progress=False, **DISTILL[method])
+        distill_run(
+            teacher, method, demos, out[method], 6, None, 0, progress=False, dagger=NO_DAGGER, **DISTILL[method]
+        )
     return out
 
 
@@ -201,7 +204,18 @@ def test_dagger_rounds_label_the_states_the_student_visits(runs: dict[str, Path]
             runs["diffusion"], "meanflow", runs["demos"], tmp_path / "m", 0, None, 0, dagger=dagger, init=ckpt, **kw
         )
     with pytest.raises(ValueError, match="nothing to train"):
-        distill_run(runs["diffusion"], "consistency", runs["demos"], tmp_path / "n", 0, None, 0, init=ckpt, **kw)
+        distill_run(
+            runs["diffusion"],
+            "consistency",
+            runs["demos"],
+            tmp_path / "n",
+            0,
+            None,
+            0,
+            dagger=NO_DAGGER,
+            init=ckpt,
+            **kw,
+        )
 
 
 def test_cli_bc_names_the_corrupt_episode(runs: dict[str, Path], tmp_path: Path, capsys) -> None:

@@ -79,8 +79,10 @@ def test_episodes_carry_resized_camera_frames(runs: dict[str, Path]) -> None:
 
 def test_runs_record_cameras_in_spec_and_config(runs: dict[str, Path]) -> None:
     for run in ("diffusion", "consistency", "meanflow"):
-        policy, spec, _extra, _ = load_generative(runs[run])
+        policy, spec, extra, _ = load_generative(runs[run])
         assert spec.images == (ImageInput(CAMERA, *SIZE),), run
+        if run != "diffusion":  # by default no DAgger rounds for a student with cameras
+            assert extra["train_config"]["dagger"]["rounds"] == 0 and extra["dagger_rounds"] == []
         assert policy.image_keys == (CAMERA,) and policy.cfg.options.image_size == SIZE
         assert Spec.from_json(spec.to_json()) == spec
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from policies.generative.dagger import DaggerConfig
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig, distill_student, train_teacher
 from reflexlab.spec import SpecMismatchError
@@ -124,3 +125,12 @@ def test_dispersive_regulariser_is_trained_and_logged(tmp_path: Path) -> None:
     _, logs = policy.train().loss(obs, actions)
     assert {"meanflow_loss", "dispersive_loss", "loss"} <= set(logs)
     assert logs["loss"] == pytest.approx(logs["meanflow_loss"] + 0.5 * logs["dispersive_loss"], rel=1e-5)
+
+
+def test_dagger_defaults_to_two_rounds_for_state_only_students_and_none_with_cameras() -> None:
+    assert DaggerConfig(rounds=None).for_student(cameras=False).rounds == 2
+    assert DaggerConfig(rounds=None).for_student(cameras=True).rounds == 0
+    assert DaggerConfig(rounds=1).for_student(cameras=True).rounds == 1  # asked for: refused by distill_student
+    assert DaggerConfig().rounds == 0  # a TrainConfig runs none unless told
+    with pytest.raises(ValueError, match="episodes must be >= 1"):
+        DaggerConfig(episodes=0)
