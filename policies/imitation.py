@@ -277,7 +277,7 @@ def distill_run(
     never executes (`consistency.chunk_step_weights`): weighted 0.1 for Ta 2, a MeanFlow student
     reached 0.942 / 0.83 at Ta 2 after 11,250 steps where the unweighted one had 0.934 / 0.36 after
     12,000 (a consistency student scored the same either way, ~0.95 / 0.84). ``dagger`` adds rounds
-    on the states the student visits (`policies.generative.dagger`; by default 2 for a state-only
+    on the states the student visits (`policies.generative.dagger`; by default 1 for a state-only
     student); ``init`` goes on from a student run or checkpoint of the same method and teacher
     instead of starting from the teacher.
     """

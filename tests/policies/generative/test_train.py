@@ -127,8 +127,8 @@ def test_dispersive_regulariser_is_trained_and_logged(tmp_path: Path) -> None:
     assert logs["loss"] == pytest.approx(logs["meanflow_loss"] + 0.5 * logs["dispersive_loss"], rel=1e-5)
 
 
-def test_dagger_defaults_to_two_rounds_for_state_only_students_and_none_with_cameras() -> None:
-    assert DaggerConfig(rounds=None).for_student(cameras=False).rounds == 2
+def test_dagger_defaults_to_one_round_for_state_only_students_and_none_with_cameras() -> None:
+    assert DaggerConfig(rounds=None).for_student(cameras=False).rounds == 1
     assert DaggerConfig(rounds=None).for_student(cameras=True).rounds == 0
     assert DaggerConfig(rounds=1).for_student(cameras=True).rounds == 1  # asked for: refused by distill_student
     assert DaggerConfig().rounds == 0  # a TrainConfig runs none unless told
