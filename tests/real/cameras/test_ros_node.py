@@ -45,7 +45,14 @@ def test_node_publishes_aligned_images_and_camera_info(ros: None, paced_recordin
     camera = _node(paced_recording)
     viewer = Viewer()
     try:
-        wait_until([camera, viewer], lambda: all(len(v) >= 3 for v in viewer.got.values()), "images and infos")
+        # Discovery, then a real-time playback's start and three paced frames: seconds when the suite's other
+        # workers load both cores (10 s ran out under 4 processes on 2), so wait up to 30 s; it returns at once.
+        wait_until(
+            [camera, viewer],
+            lambda: all(len(v) >= 3 for v in viewer.got.values()),
+            "three images and infos on each topic",
+            timeout_s=30.0,
+        )
     finally:
         camera.destroy_node()
     color, depth = viewer.got["color"][-1], viewer.got["depth"][-1]
