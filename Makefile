@@ -47,11 +47,10 @@ lint: setup
 bench: setup
 	$(BIN)/reflexlab bench sim
 
-# demos -> diffusion teacher -> consistency + MeanFlow students, each with one DAgger round -> the distillation
-# table (~45 min on 2 cores before DAgger; a round adds a rollout, the teacher's labels and up to 10 min of training)
+# demos -> diffusion teacher -> consistency (+ one DAgger round) and MeanFlow students -> the distillation table
+# (~45 min on 2 cores before DAgger; the round adds a rollout, the teacher's labels and up to 10 min of training)
 bench-distill: setup
-	$(BIN)/reflexlab bench distill --work-dir runs/panda-push-t --teacher-time-budget-s 840 --student-time-budget-s 600 \
-		--dagger-rounds 1
+	$(BIN)/reflexlab bench distill --work-dir runs/panda-push-t --teacher-time-budget-s 840 --student-time-budget-s 600
 
 clean:
 	rm -rf $(VENV) $(FRANKA_SIM_VENV) runs .pytest_cache

@@ -57,7 +57,7 @@ class DistillBudget:
     teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
     unexecuted_step_weight: float = 0.1  # students' loss weight of chunk steps their Ta never executes
     student_execution_horizon: int | None = 2  # the Ta students' Specs record and weigh by; None: the teacher's
-    dagger_rounds: int | None = None  # DAgger rounds after distillation; None: `dagger`'s default (1, state only)
+    dagger_rounds: int | None = None  # DAgger rounds after distillation; None: `dagger`'s default per method
     dagger_episodes: int = 100  # student rollouts labelled per round
     dagger_steps: int = 10_000  # optimiser steps per round
     eval_episodes: int = 100

@@ -314,8 +314,9 @@ def distill(
         unexecuted_step_weight: loss weight (0-1) of the chunk steps the student's Ta never executes.
         execution_horizon: actions executed per chunk (Ta) recorded in the student's Spec (the teacher's if None).
         dagger_rounds: DAgger rounds after distillation: roll the student out, label the states it visits
-            with the teacher's samples, train on all samples so far. Default 1 for state-only students,
-            0 for students with cameras (DAgger would need every visited frame).
+            with the teacher's samples, train on all samples so far. Default 1 for state-only consistency
+            students, 0 for MeanFlow (a round wrecked 2 of 3 training seeds) and for students with cameras
+            (DAgger would need every visited frame).
         dagger_episodes: student rollouts per round (seeds 50000…, apart from demos and evaluation).
         dagger_steps: optimiser steps after each round.
         dagger_draws_per_state: teacher samples per visited state.
@@ -426,8 +427,8 @@ def bench(
         unexecuted_step_weight: students' loss weight of the chunk steps their Ta never executes (distill).
         student_execution_horizon: Ta the students' Specs record and their loss weights refer to; default the
             teacher's (distill).
-        dagger_rounds: DAgger rounds after each student's distillation; default 1 for state-only students
-            (distill).
+        dagger_rounds: DAgger rounds after each student's distillation; default 1 for consistency, 0 for
+            MeanFlow (distill).
         dagger_episodes: student rollouts labelled by the teacher per DAgger round (distill).
         dagger_steps: optimiser steps per DAgger round (distill).
         episodes: seeded evaluation episodes per policy and execution horizon (distill).

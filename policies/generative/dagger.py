@@ -33,10 +33,14 @@ from reflexlab.dataset import replace_atomically
 from reflexlab.spec import Spec
 
 LABELS_FILE = "dagger_samples.pt"
-# panda-push-t, success over 400 episodes at Ta 2 (teacher@100: 0.8975) after 0 / 1 / 2 rounds: MeanFlow
-# 0.8025 / 0.885 / 0.7675, consistency 0.8575 / 0.85 / 0.87. One round is the best measured on average;
-# one training seed, and checkpoints of one run differ by ~0.05 anyway, so the gain is not settled.
-DEFAULT_DAGGER_ROUNDS = 1
+# Rounds a state-only student gets by default, per method. panda-push-t, success over 400 episodes at Ta 2
+# (teacher@100: 0.8975 on seeds 10000-10399):
+# * consistency, one training seed, after 0 / 1 / 2 rounds: 0.8575 / 0.85 / 0.87. Neutral, kept at one.
+# * MeanFlow: a round (its cosine schedule restarts at lr 1e-3) can wreck the student. Three training seeds,
+#   before / after one round of 5,000 steps: 0.8025 / 0.8675, 0.7225 / 0.035, 0.845 / 0.5975; on seed 0 a
+#   round of 10,000 steps gave 0.885 and a second one 0.7675. Seed 1's round raised the one-step error
+#   against the teacher's samples 3x on the very labels it trained on. So none unless asked for.
+DEFAULT_DAGGER_ROUNDS = {"consistency": 1, "meanflow": 0}
 
 
 @dataclass(frozen=True)
@@ -44,7 +48,7 @@ class DaggerConfig:
     """``rounds`` of: ``episodes`` student rollouts, teacher labels at the visited states, ``steps`` more
     optimiser steps on all samples so far."""
 
-    rounds: int | None = 0  # None: DEFAULT_DAGGER_ROUNDS for a state-only student, 0 for one with cameras
+    rounds: int | None = 0  # None: DEFAULT_DAGGER_ROUNDS[method] for a state-only student, 0 for one with cameras
     episodes: int = 100
     steps: int = 10_000
     draws_per_state: int = 2
@@ -56,11 +60,12 @@ class DaggerConfig:
             if getattr(self, name) is not None and getattr(self, name) < least:
                 raise ValueError(f"DAgger {name} must be >= {least}")
 
-    def for_student(self, cameras: bool) -> DaggerConfig:
-        """``rounds`` made definite: a student with cameras gets none by default (its visited frames are not kept)."""
+    def for_student(self, method: str, cameras: bool) -> DaggerConfig:
+        """``rounds`` made definite: the method's default, none for a student with cameras (its visited
+        frames are not kept)."""
         if self.rounds is not None:
             return self
-        return dataclasses.replace(self, rounds=0 if cameras else DEFAULT_DAGGER_ROUNDS)
+        return dataclasses.replace(self, rounds=0 if cameras else DEFAULT_DAGGER_ROUNDS[method])
 
     def round_seeds(self, r: int) -> list[int]:
         """Round ``r``'s (from 0) episode seeds: new scenes every round."""

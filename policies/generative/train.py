@@ -144,7 +144,7 @@ def distill_student(
     torch.manual_seed(cfg.seed)
     teacher.requires_grad_(False).to(cfg.device)
     teacher_sha256 = file_sha256(teacher_ckpt)
-    cfg = dataclasses.replace(cfg, dagger=cfg.dagger.for_student(cameras=bool(teacher.image_keys)))
+    cfg = dataclasses.replace(cfg, dagger=cfg.dagger.for_student(cfg.method, cameras=bool(teacher.image_keys)))
     if cfg.dagger.rounds and teacher.image_keys:
         raise ValueError(f"DAgger rounds are for state-only students; this teacher reads {list(teacher.image_keys)}")
     if cfg.max_steps < 1 and cfg.dagger.rounds < 1:

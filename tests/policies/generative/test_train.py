@@ -127,10 +127,12 @@ def test_dispersive_regulariser_is_trained_and_logged(tmp_path: Path) -> None:
     assert logs["loss"] == pytest.approx(logs["meanflow_loss"] + 0.5 * logs["dispersive_loss"], rel=1e-5)
 
 
-def test_dagger_defaults_to_one_round_for_state_only_students_and_none_with_cameras() -> None:
-    assert DaggerConfig(rounds=None).for_student(cameras=False).rounds == 1
-    assert DaggerConfig(rounds=None).for_student(cameras=True).rounds == 0
-    assert DaggerConfig(rounds=1).for_student(cameras=True).rounds == 1  # asked for: refused by distill_student
+def test_dagger_defaults_to_one_round_for_state_only_consistency_students_only() -> None:
+    assert DaggerConfig(rounds=None).for_student("consistency", cameras=False).rounds == 1
+    assert DaggerConfig(rounds=None).for_student("meanflow", cameras=False).rounds == 0  # a round can wreck it
+    assert DaggerConfig(rounds=None).for_student("consistency", cameras=True).rounds == 0
+    assert DaggerConfig(rounds=2).for_student("meanflow", cameras=False).rounds == 2  # asked for: done
+    assert DaggerConfig(rounds=1).for_student("consistency", cameras=True).rounds == 1  # refused by distill_student
     assert DaggerConfig().rounds == 0  # a TrainConfig runs none unless told
     with pytest.raises(ValueError, match="episodes must be >= 1"):
         DaggerConfig(episodes=0)
