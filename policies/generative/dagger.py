@@ -38,8 +38,9 @@ LABELS_FILE = "dagger_samples.pt"
 # * consistency, one training seed, after 0 / 1 / 2 rounds: 0.8575 / 0.85 / 0.87. Neutral, kept at one.
 # * MeanFlow: a round (its cosine schedule restarts at lr 1e-3) can wreck the student. Three training seeds,
 #   before / after one round of 5,000 steps: 0.8025 / 0.8675, 0.7225 / 0.035, 0.845 / 0.5975; on seed 0 a
-#   round of 10,000 steps gave 0.885 and a second one 0.7675. Seed 1's round raised the one-step error
-#   against the teacher's samples 3x on the very labels it trained on. So none unless asked for.
+#   round of 10,000 steps gave 0.885 and a second one 0.7675. The training is what is unstable: seed 1's
+#   round, rerun from the same checkpoint on bit-identical labels with another random stream, scored 0.84.
+#   So none unless asked for.
 DEFAULT_DAGGER_ROUNDS = {"consistency": 1, "meanflow": 0}
 
 
