@@ -240,6 +240,9 @@ def distill_student(
                 f"labelled, {len(samples) + len(labels)} samples",
                 file=sys.stderr,
             )
+        # Each round's batches and noise come from their own seed, not from wherever the stream stood: a round
+        # run in this process and the same round run from the saved checkpoint (``init``) train identically.
+        torch.manual_seed(cfg.seed * 1_000_003 + dg.seed + r)
         ckpt = _fit(student, loss_fn, samples + labels.samples, ema, round_cfg, run_dir, extra, start_step=step)
         step += dg.steps
     assert ckpt is not None

@@ -11,11 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import torch
 
 from deploy.onnx_export import export_generative_checkpoint
 from deploy.runner import OnnxGenerator, PolicyInputError
 from policies.chunk_eval import evaluate_chunks
 from policies.generative.dagger import DaggerConfig, visited_states
+from policies.generative.policy import GenerativePolicy
 from policies.imitation import TorchSampler, distill_run, is_generative, load_generative, train_bc_run
 from reflexlab.dataset import DatasetError, DatasetWriter, load_dataset
 from reflexlab.spec import SpecMismatchError
@@ -192,6 +194,16 @@ def test_dagger_rounds_label_the_states_the_student_visits(runs: dict[str, Path]
     assert more.name == "model_13.pt" and more_extra["init"] == str(ckpt)
     assert [r["seeds"] for r in more_extra["dagger_rounds"]] == ["50000..50001", "50002..50003", "50004..50005"]
     third = more_extra["dagger_rounds"][2]
+    # A round run from a saved checkpoint trains exactly as it did in the run that saved it.
+    again = distill_run(
+        runs["diffusion"], "consistency", runs["demos"], tmp_path / "c4", 0, None, 0,
+        dagger=DaggerConfig(rounds=1, episodes=2, steps=3), init=tmp_path / "c" / "model_7.pt", **kw,
+    )  # fmt: skip
+    assert again.name == ckpt.name
+    for use_ema in (True, False):
+        want = GenerativePolicy.load(ckpt, use_ema=use_ema)[0].state_dict()
+        got = GenerativePolicy.load(again, use_ema=use_ema)[0].state_dict()
+        assert all(torch.equal(want[k], got[k]) for k in want), f"the rerun round's weights differ ({use_ema=})"
     assert third["labels_after"] == rounds[1]["labels_after"] + 2 * third["visited_states"]
     assert more_extra["teacher_samples"] == extra["teacher_samples"] + 2 * third["visited_states"]
     (tmp_path / "c" / "dagger_samples.pt").write_bytes(b"truncated")
