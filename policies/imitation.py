@@ -260,6 +260,8 @@ def distill_run(
     execution_horizon: int | None = 2,
     dagger: DaggerConfig | None = None,
     init: Path | None = None,
+    meanflow_jump_fraction: float = 0.0,
+    meanflow_endpoint_weight: float = 0.0,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
 
@@ -290,7 +292,11 @@ def distill_run(
     episodes, spec, _ = load_episodes(dataset, tuple(i.name for i in t.images), size)
     ta = t.execution_horizon if execution_horizon is None else execution_horizon
     spec = chunked(spec, t.observation_horizon, t.action_chunk, ta, t.images)
-    options = PolicyOptions(dispersive_weight=dispersive_weight)
+    options = PolicyOptions(
+        dispersive_weight=dispersive_weight,
+        meanflow_jump_fraction=meanflow_jump_fraction,
+        meanflow_endpoint_weight=meanflow_endpoint_weight,
+    )
     cfg = TrainConfig(
         method=method,
         max_steps=steps,

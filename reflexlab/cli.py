@@ -295,6 +295,8 @@ def distill(
     dagger_steps: int = 10_000,
     dagger_draws_per_state: int = 2,
     init: Path | None = None,
+    meanflow_jump_fraction: float = 0.0,
+    meanflow_endpoint_weight: float = 0.0,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -322,6 +324,8 @@ def distill(
         dagger_draws_per_state: teacher samples per visited state.
         init: go on from this student run or checkpoint (same method and teacher); with --steps 0 only
             the DAgger rounds run.
+        meanflow_jump_fraction: MeanFlow: fraction of each batch trained at the one-step jump (r = 0, t = 1).
+        meanflow_endpoint_weight: MeanFlow: weight of the regression of the one-step jump onto the teacher's sample.
     """
     from policies.generative.dagger import DaggerConfig
     from policies.imitation import distill_run
@@ -347,6 +351,8 @@ def distill(
         execution_horizon=execution_horizon,
         dagger=DaggerConfig(dagger_rounds, dagger_episodes, dagger_steps, dagger_draws_per_state),
         init=init,
+        meanflow_jump_fraction=meanflow_jump_fraction,
+        meanflow_endpoint_weight=meanflow_endpoint_weight,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")
 

@@ -65,10 +65,18 @@ class MeanFlow:
         logit_std: float = 2.0,
         weight_power: float = 1.0,
         weight_eps: float = 1e-3,
+        jump_fraction: float = 0.0,
+        endpoint_weight: float = 0.0,
     ) -> None:
         if variant not in ("mf", "imf"):
             raise ValueError(f"MeanFlow variant must be 'mf' or 'imf', got {variant!r}")
+        for name, value in (("r_equals_t", r_equals_t), ("jump_fraction", jump_fraction)):
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"MeanFlow {name} is a fraction of the batch in [0, 1], got {value}")
+        if endpoint_weight < 0:
+            raise ValueError(f"MeanFlow endpoint_weight must be >= 0, got {endpoint_weight}")
         self.variant, self.r_equals_t = variant, r_equals_t
+        self.jump_fraction, self.endpoint_weight = jump_fraction, endpoint_weight
         self.logit_mean, self.logit_std = logit_mean, logit_std
         self.weight_power, self.weight_eps = weight_power, weight_eps
 
@@ -76,6 +84,9 @@ class MeanFlow:
         draws = torch.sigmoid(self.logit_mean + self.logit_std * torch.randn(2, n, device=device))
         t, r = draws.max(dim=0).values, draws.min(dim=0).values
         r = torch.where(torch.rand(n, device=device) < self.r_equals_t, t, r)
+        if self.jump_fraction > 0:
+            jump = torch.rand(n, device=device) < self.jump_fraction
+            t, r = torch.where(jump, torch.ones_like(t), t), torch.where(jump, torch.zeros_like(r), r)
         return t, r
 
     def loss(
@@ -92,6 +103,11 @@ class MeanFlow:
         ``step_weights`` (H,), mean 1, weighs each chunk step's squared error (see
         `consistency.chunk_step_weights`).
         """
+        if self.endpoint_weight > 0 and noise is None:
+            raise ValueError(
+                "the MeanFlow endpoint term needs coupled (noise, chunk) pairs from a teacher: with independent "
+                "noise its target is the mean of the data, not a sample"
+            )
         t, r = self.sample_times(x0.shape[0], x0.device)
         noise = torch.randn_like(x0) if noise is None else noise
         tb, gap = t.view(-1, 1, 1), (t - r).view(-1, 1, 1)
@@ -106,10 +122,17 @@ class MeanFlow:
                     v_model = u_fn(z, t, t)
                 u, dudt = jvp_along_path(u_fn, z, t, r, v_model)
                 err = u + gap * dudt.detach() - v
-            sq = err.pow(2) if step_weights is None else err.pow(2) * step_weights.view(1, -1, 1)
-            per_sample = sq.sum(dim=(1, 2))
-            weight = (per_sample.detach() + self.weight_eps).pow(-self.weight_power)
-        return weight * per_sample
+            loss = self._weighted(err, step_weights)
+            if self.endpoint_weight > 0:
+                ones = torch.ones_like(t)
+                loss = loss + self.endpoint_weight * self._weighted(u_fn(noise, ones, 0 * ones) - v, step_weights)
+        return loss
+
+    def _weighted(self, err: torch.Tensor, step_weights: torch.Tensor | None) -> torch.Tensor:
+        """Per-sample squared error (B,), adaptively weighted by 1/(sg(ℓ) + eps)^p."""
+        sq = err.pow(2) if step_weights is None else err.pow(2) * step_weights.view(1, -1, 1)
+        per_sample = sq.sum(dim=(1, 2))
+        return (per_sample.detach() + self.weight_eps).pow(-self.weight_power) * per_sample
 
     @staticmethod
     def sample(u_fn: AverageVelocityFn, noise: torch.Tensor, steps: int) -> torch.Tensor:

@@ -73,6 +73,8 @@ class PolicyOptions:
     meanflow_logit_mean: float = 0.0
     meanflow_logit_std: float = 2.0
     meanflow_weight_power: float = 1.0
+    meanflow_jump_fraction: float = 0.0
+    meanflow_endpoint_weight: float = 0.0
     dispersive_weight: float = 0.0
     dispersive_tau: float = 0.4
     image_keys: tuple[str, ...] = ()
@@ -182,6 +184,8 @@ class GenerativePolicy(nn.Module):
             o.meanflow_logit_mean,
             o.meanflow_logit_std,
             o.meanflow_weight_power,
+            jump_fraction=o.meanflow_jump_fraction,
+            endpoint_weight=o.meanflow_endpoint_weight,
         )
 
     @property

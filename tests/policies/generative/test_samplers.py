@@ -130,6 +130,37 @@ def test_meanflow_times() -> None:
     assert ((t > 0.95) & (r < 0.05)).any(), "the one-step jump (r ≈ 0, t ≈ 1) must be trained"
 
 
+def test_meanflow_jump_fraction_trains_the_one_step_jump_itself() -> None:
+    torch.manual_seed(0)
+    t, r = MeanFlow(r_equals_t=0.5, jump_fraction=0.25).sample_times(20000)
+    jump = (t == 1) & (r == 0)
+    assert jump.float().mean().item() == pytest.approx(0.25, abs=0.02)
+    assert (r[~jump] == t[~jump]).float().mean().item() == pytest.approx(0.5, abs=0.02), "the rest as before"
+    with pytest.raises(ValueError, match="jump_fraction"):
+        MeanFlow(jump_fraction=1.5)
+
+
+def test_meanflow_endpoint_term_regresses_the_jump_onto_the_coupled_sample() -> None:
+    """With coupled (noise, chunk) pairs the one-step jump's target is known: noise − chunk. A field exact
+    everywhere costs nothing; one wrong only at (r, t) = (0, 1) costs only through the endpoint term."""
+    a = _target(64)
+    noise = torch.randn_like(a)
+
+    def exact(z: torch.Tensor, t: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        return (z - a) / t.view(-1, 1, 1)
+
+    def wrong_jump(z: torch.Tensor, t: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+        full_jump = ((t == 1) & (r == 0)).view(-1, 1, 1)
+        return exact(z, t, r) + 0.1 * full_jump
+
+    plain, anchored = MeanFlow("imf"), MeanFlow("imf", endpoint_weight=1.0)
+    assert anchored.loss(exact, a, noise).max() < 1e-6
+    assert plain.loss(wrong_jump, a, noise).max() < 1e-6, "no sampled (r, t) is exactly the jump"
+    assert anchored.loss(wrong_jump, a, noise).min() > 0.5
+    with pytest.raises(ValueError, match="coupled"):
+        anchored.loss(exact, a)
+
+
 def test_meanflow_jvp_matches_a_finite_difference() -> None:
     """du/dt = v·∂_z u + ∂_t u from one forward-mode product equals a central difference along the path."""
     torch.manual_seed(0)
