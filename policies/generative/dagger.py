@@ -39,7 +39,8 @@ LABELS_FILE = "dagger_samples.pt"
 # * MeanFlow: a round (its cosine schedule restarts at lr 1e-3) can wreck the student. Three training seeds,
 #   before / after one round of 5,000 steps: 0.8025 / 0.8675, 0.7225 / 0.035, 0.845 / 0.5975; on seed 0 a
 #   round of 10,000 steps gave 0.885 and a second one 0.7675. The training is what is unstable: seed 1's
-#   round, rerun from the same checkpoint on bit-identical labels with another random stream, scored 0.84.
+#   round, rerun from the same checkpoint on bit-identical labels with another random stream, scored 0.84
+#   (rounds are now seeded on their own, so such a rerun is bit-identical: `train.distill_student`).
 #   So none unless asked for.
 DEFAULT_DAGGER_ROUNDS = {"consistency": 1, "meanflow": 0}
 
