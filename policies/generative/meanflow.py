@@ -18,7 +18,18 @@ iMF is the default because its lower-variance target measured as good or better 
 toy task: one-step mean max error 0.118 vs 0.146 after 300 steps from a flow teacher, 0.113 vs
 0.122 after 400, for ~15 % more time per step.
 
-Both are weighted per sample by 1/(sg(ℓ) + 1e-3)^p (p = 1, the paper's best), and both run in
+Distilling from a teacher, each chunk comes with the noise the teacher sampled it from, so the one
+jump a policy takes has a known target: u(ε, r = 0, t = 1) = ε − chunk. Two options train that jump
+harder than the logit-normal times do (about 1 pair in 200 lands near it):
+
+* ``endpoint_weight`` > 0 adds that regression, adaptively weighted like the rest, to the MeanFlow
+  loss (one more forward and backward pass: ~30 % more time per step).
+* ``jump_fraction`` sets (r, t) = (0, 1) for that fraction of the batch inside the MeanFlow loss.
+
+Both are off here; `reflexlab distill` turns the endpoint term on (see `policies.imitation.distill_run`
+for what each measured on panda-push-t).
+
+Every term is weighted per sample by 1/(sg(ℓ) + 1e-3)^p (p = 1, the paper's best), and all run in
 float32 outside autocast: forward-mode AD and the small adaptive-weight constant do not mix with
 reduced precision.
 """

@@ -55,6 +55,8 @@ STATE_ONLY_OPTION_KEYS = {
     "meanflow_logit_mean",
     "meanflow_logit_std",
     "meanflow_weight_power",
+    "meanflow_jump_fraction",
+    "meanflow_endpoint_weight",
     "dispersive_weight",
     "dispersive_tau",
 }
