@@ -52,7 +52,7 @@ class DistillBudget:
     teacher_steps: int = 26_000
     teacher_time_s: float | None = None
     student_steps: int = 40_000
-    meanflow_steps: int = 15_000  # a MeanFlow step (forward + JVP) costs ~2.7 consistency steps: ~63 min each
+    meanflow_steps: int = 15_000  # a MeanFlow step (forward + JVP + endpoint term) ~3.5 consistency steps: ~75 min
     student_time_s: float | None = None
     teacher_sampling_steps: int = 100  # the steps of the teacher samples students learn
     unexecuted_step_weight: float = 0.1  # students' loss weight of chunk steps their Ta never executes

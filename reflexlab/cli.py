@@ -296,7 +296,7 @@ def distill(
     dagger_draws_per_state: int = 2,
     init: Path | None = None,
     meanflow_jump_fraction: float = 0.0,
-    meanflow_endpoint_weight: float = 0.0,
+    meanflow_endpoint_weight: float = 1.0,
 ) -> None:
     """Distil a teacher into a one-step generator (obs, noise) -> action chunk.
 
@@ -325,7 +325,8 @@ def distill(
         init: go on from this student run or checkpoint (same method and teacher); with --steps 0 only
             the DAgger rounds run.
         meanflow_jump_fraction: MeanFlow: fraction of each batch trained at the one-step jump (r = 0, t = 1).
-        meanflow_endpoint_weight: MeanFlow: weight of the regression of the one-step jump onto the teacher's sample.
+        meanflow_endpoint_weight: MeanFlow: weight of the regression of the one-step jump onto the teacher's sample
+            from the same noise (0 = the MeanFlow loss alone). With --init, the student's own settings hold.
     """
     from policies.generative.dagger import DaggerConfig
     from policies.imitation import distill_run

@@ -63,6 +63,9 @@ def test_runs_record_their_spec_and_lineage(runs: dict[str, Path]) -> None:
         want = DISTILL[method] or {"lr": 1e-3, "teacher_sampling_steps": 100, "unexecuted_step_weight": 0.1}
         got = (cfg["lr"], cfg["teacher_steps"], cfg["unexecuted_step_weight"])
         assert got == (want["lr"], want["teacher_sampling_steps"], want["unexecuted_step_weight"])
+    mf_options = load_generative(runs["meanflow"])[0].cfg.options
+    assert (mf_options.meanflow_endpoint_weight, mf_options.meanflow_jump_fraction) == (1.0, 0.0), "distill's defaults"
+    assert teacher.cfg.options.meanflow_endpoint_weight == 0.0, "only a distilled student has a teacher's pairs"
 
 
 @pytest.mark.parametrize(("run", "steps"), [("consistency", None), ("meanflow", None), ("diffusion", 3)])
