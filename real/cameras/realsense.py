@@ -117,7 +117,7 @@ class CameraStats:
     timestamps_backwards: int = 0  # frames refused because their device time went back
     clock_resets: int = 0  # the device clock jumped back and stayed there; the mapping started over
     stream_restarts: int = 0  # frame numbers started again (looping playback, camera reset)
-    unpaired: int = 0  # framesets whose depth and colour were not taken together (skipped)
+    unpaired: int = 0  # framesets lacking depth or colour, or whose two were not taken together (skipped)
     stale_reads: int = 0  # latest() calls that returned a frame older than stale_after_periods
 
 
@@ -275,9 +275,10 @@ class RealSenseCamera:
 
     def _take(self, frames: rs.composite_frame, received_ns: int) -> None:
         color, depth = frames.get_color_frame(), frames.get_depth_frame()
-        if not color or not depth:
-            return
         stats = self.stats
+        if not color or not depth:  # the syncer let one stream through alone: no pair to take, but counted
+            stats.unpaired += 1
+            return
         c_num, d_num = color.get_frame_number(), depth.get_frame_number()
         if c_num < self._last_color:
             # The frame counter restarted (a looping recording, a camera reset): so did its clock.
