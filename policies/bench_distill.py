@@ -92,10 +92,12 @@ class DistillBudget:
 def latency_us(onnx_path: Path, seconds: float, min_reps: int = 30, seed: int = 0) -> dict[str, float]:
     """onnxruntime latency (µs) of one call at batch 1 on one thread: p50, p99 over ``seconds`` of calls.
 
-    Timed, not counted: 300 calls of a 0.6 ms student last 0.2 s, so a single hiccup of the host
-    in that window is the p99 (measured: the same consistency network at p99 584 µs in one bench
-    run and 1,805 µs in the next). Seconds of calls make the p99 the 1 % tail of thousands of
-    them; the 100-step teacher still gets ``min_reps``.
+    Timed, not counted: 300 calls of a 0.5 ms student last 0.15 s, and their p99 is the third
+    slowest call, whatever the host did in that window. Re-measured three times on the same
+    files, 300 calls gave p99s of 795–962 µs (consistency) and 817–1,348 µs (MeanFlow), 3 s of
+    calls (~5,000) 813–857 and 853–1,098 µs. A slow spell of the host still shows (one bench
+    run had the consistency student at p50 / p99 776 / 1,805 µs, the run before 433 / 584): the
+    JSON keeps the call count. The 100-step teacher still gets ``min_reps``.
     """
     from deploy.runner import OnnxGenerator
 
