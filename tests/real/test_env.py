@@ -39,12 +39,15 @@ def make_env(arm: RosArm, **config: object) -> RealEnv:
 
 @pytest.mark.realtime  # a closed loop on the wall clock: under the parallel suite's load the expert can run out of time
 def test_expert_episodes_recorded_in_real_time(arm: RosArm, tmp_path: Path) -> None:
-    env = make_env(arm, episode_time_s=12.0)
+    # Seed 0 ends in 7.7–8.4 s here (6 runs), but the loop is closed on the wall clock: CI once ran out of a 12 s
+    # limit (120 steps, 16 clipped actions against 11–13 in the runs that ended in time). This test is about the
+    # recording, not the expert's speed, so the limit leaves room.
+    env = make_env(arm, episode_time_s=20.0)
     act, reset = arm_task(TASK).expert(0)
     features = features_of(env)
     with DatasetWriter(tmp_path / "ds", fps=10, robot_type="franka-panda", features=features, spec=env.spec) as w:
         summary = record_episodes(env, w, act, 1, seed=0, reset_actor=reset)
-    assert summary.successes == 1, f"{summary.line()}; {env.stats}"  # seed 0: the expert solves it in ~6 s
+    assert summary.successes == 1, f"{summary.line()}; {env.stats}"
     ds = load_dataset(tmp_path / "ds")
     ep = ds.episode(0)
     dt = np.diff(ep["timestamp"])
