@@ -125,7 +125,12 @@ class RealSenseCamera:
     """A started camera (a context manager); see the module docstring."""
 
     def __init__(self, config: RealSenseConfig, on_frame: Callable[[Frame], None] | None = None) -> None:
-        """``on_frame`` is called on the camera thread with each accepted frame (keep it short)."""
+        """``on_frame`` is called on the camera thread with each accepted frame (keep it short).
+
+        It is a plain attribute, ``on_frame``, that may be set while streaming: a callback that needs
+        what ``start()`` reads from the camera (intrinsics, depth scale) is attached after it returns,
+        since the first frame can arrive before ``start()``'s caller gets control back.
+        """
         self.config = config
         self.stats = CameraStats()
         self.ring: RingBuffer[Frame] = RingBuffer(config.ring_size)
@@ -135,7 +140,7 @@ class RealSenseCamera:
         self.serial = ""
         self.period_s = 1.0 / config.fps if config.fps else 0.0
         self._now_ns = time.time_ns if config.host_clock == "system" else time.monotonic_ns
-        self._on_frame = on_frame
+        self.on_frame = on_frame
         self._pipeline: rs.pipeline | None = None
         self._align = rs.align(rs.stream.color) if config.align_depth_to_color else None
         self._mappers: dict[rs.timestamp_domain, ClockMapper] = {}
@@ -327,8 +332,9 @@ class RealSenseCamera:
         stats.frames_received += 1
         with self._new_frame:
             self._new_frame.notify_all()
-        if self._on_frame is not None:
-            self._on_frame(frame)
+        on_frame = self.on_frame  # read once: another thread may set it
+        if on_frame is not None:
+            on_frame(frame)
 
     def _source(self) -> str:
         if self.config.playback_file is not None:

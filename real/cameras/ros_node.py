@@ -82,12 +82,14 @@ class CameraNode(Node):
             playback_repeat=bool(p["playback_repeat"]),
             host_clock="system",  # the ROS clock
         )
-        self.camera = RealSenseCamera(config, on_frame=self._publish)
-        self.camera.start()
+        self.camera = RealSenseCamera(config).start()
         assert self.camera.color_intrinsics is not None
         self._info = camera_info(self.camera.color_intrinsics, self.frame_id)
         # Depth leaves in millimetres (16UC1); a camera whose depth unit is not 1 mm is rescaled.
         self._depth_to_mm = self.camera.depth_scale_m * 1e3
+        # Publishing needs the CameraInfo, which needs the started camera: the first frame may come before
+        # this line, and a callback attached at construction once killed the camera thread on it.
+        self.camera.on_frame = self._publish
         self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
 
     def _publish(self, frame: Frame) -> None:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +15,7 @@ from rclpy.parameter import Parameter
 from sensor_msgs.msg import CameraInfo, Image
 
 from deploy.ros.common import stamp_ns, wait_until
+from real.cameras import ros_node
 from real.cameras.ros_node import CameraNode
 from tests.real.cameras.conftest import PACED
 
@@ -41,20 +45,34 @@ class Viewer(Node):
             self.create_subscription(kind, topic, self.got[key].append, 10)
 
 
-def test_node_publishes_aligned_images_and_camera_info(ros: None, paced_recording: Path) -> None:
+@pytest.mark.parametrize("slow_start", [False, True], ids=["", "first-frame-before-init-ends"])
+def test_node_publishes_aligned_images_and_camera_info(
+    ros: None, paced_recording: Path, slow_start: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if slow_start:
+        # The first frame can arrive while the node is still building its CameraInfo (CI once lost the camera
+        # thread to it); a slow build makes that certain, and the node must still publish every later frame.
+        build = ros_node.camera_info
+        monkeypatch.setattr(ros_node, "camera_info", lambda *a: (time.sleep(0.5), build(*a))[1])
     camera = _node(paced_recording)
     viewer = Viewer()
     try:
         # Discovery, then a real-time playback's start and three paced frames: seconds when the suite's other
         # workers load both cores (10 s ran out under 4 processes on 2), so wait up to 30 s; it returns at once.
-        wait_until(
-            [camera, viewer],
-            lambda: all(len(v) >= 3 for v in viewer.got.values()),
-            "three images and infos on each topic",
-            timeout_s=30.0,
-        )
+        try:
+            wait_until(
+                [camera, viewer],
+                lambda: all(len(v) >= 3 for v in viewer.got.values()),
+                "three images and infos on each topic",
+                timeout_s=30.0,
+            )
+        except TimeoutError as e:
+            got = {k: len(v) for k, v in viewer.got.items()}
+            raise AssertionError(f"{e}: got {got}; camera {camera.camera.stats}, error {camera.camera.error!r}") from e
     finally:
         camera.destroy_node()
+        viewer.destroy_node()
+    assert camera.camera.error is None
     color, depth = viewer.got["color"][-1], viewer.got["depth"][-1]
     assert (color.encoding, color.height, color.width, color.step) == (
         "rgb8",
@@ -85,3 +103,22 @@ def test_node_publishes_aligned_images_and_camera_info(ros: None, paced_recordin
 def test_node_refuses_a_missing_recording(ros: None, tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         _node(tmp_path / "missing.db3")
+
+
+def test_ros_and_the_camera_share_a_process_in_either_import_order() -> None:
+    """pyrealsense2 embeds a Fast-DDS whose singletons clash with ROS's (see ``real.cameras``): a node made after
+    the camera package, then a clean exit. With pyrealsense2 loaded before libfastdds this segfaulted at exit."""
+    script = (
+        "import real.cameras.realsense, real.cameras.synthetic\n"
+        "import rclpy\n"
+        "from rclpy.node import Node\n"
+        "from sensor_msgs.msg import Image\n"
+        "rclpy.init()\n"
+        "node = Node('camera_then_ros')\n"
+        "node.create_publisher(Image, 'image', 1)\n"
+        "node.destroy_node()\n"
+        "rclpy.shutdown()\n"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    done = subprocess.run([sys.executable, "-c", script], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"exit status {done.returncode}: {done.stderr[-2000:]}"
