@@ -35,6 +35,7 @@ demo-quick: setup
 
 test: setup
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 	$(BIN)/pytest -n 2 -q -m "not slow and not realtime"
 	$(BIN)/pytest -q -m "realtime and not slow"
 
@@ -42,7 +43,7 @@ test-slow: setup
 	$(BIN)/pytest -q -m slow
 
 lint: setup
-	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/ruff check . && $(BIN)/ruff format --check . && $(BIN)/lint-imports
 
 bench: setup
 	$(BIN)/reflexlab bench sim

@@ -1,1 +1,4 @@
-"""Calibration: intrinsics, hand-eye, timing and latency, actuator system identification."""
+"""Calibration (L2): intrinsics, hand-eye, timing and latency, actuator sysID.
+
+Imports only reflexlab (L0, L1).
+"""

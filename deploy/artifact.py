@@ -12,6 +12,7 @@ from typing import Any
 
 import onnx
 
+from reflexlab.errors import UserFacingError
 from reflexlab.spec import Spec
 
 INPUT_NAME = "obs"
@@ -31,7 +32,7 @@ def image_input_names(spec: Spec) -> list[str]:
     return [IMAGE_INPUT_PREFIX + i.name for i in spec.images]
 
 
-class ExportError(RuntimeError):
+class ExportError(RuntimeError, UserFacingError):
     """Export failed or the exported model disagrees with torch (here so that catching it needs no torch)."""
 
 

@@ -29,10 +29,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deploy.chunking import ChunkConfig, ChunkExecutor, ObservationHistory
-from deploy.robot import RobotConfig, gait_hz
 from deploy.runner import OnnxGenerator, OnnxPolicy, require_no_cameras
 from deploy.safety import SafetyFilter
+from reflexlab.chunking import ChunkConfig, ChunkExecutor, ObservationHistory
+from reflexlab.robot import RobotConfig, gait_hz
+from reflexlab.rotations import projected_gravity
 
 
 class StateRejected(ValueError):
@@ -285,12 +286,3 @@ class PolicyController:
             raise StateRejected("duplicate_stamp", f"{what} repeats stamp {stamp_ns} ns")
         if stamp_ns < last.stamp_ns:
             raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last.stamp_ns})")
-
-
-def projected_gravity(quat_xyzw: Sequence[float]) -> np.ndarray:
-    """The unit gravity direction (0, 0, -1) in the base frame of orientation ``quat`` (x, y, z, w)."""
-    x, y, z, w = (float(v) for v in quat_xyzw)
-    n = math.sqrt(x * x + y * y + z * z + w * w)
-    x, y, z, w = x / n, y / n, z / n, w / n
-    # R^T (0, 0, -1) = minus the third row of R (body -> world)
-    return np.array([-2 * (x * z - w * y), -2 * (y * z + w * x), 2 * (x * x + y * y) - 1])

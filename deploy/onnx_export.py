@@ -268,7 +268,8 @@ def export_generative_checkpoint(
     its camera frames), for policies whose task cannot be simulated here.
     """
     from policies.generative.policy import DEFAULT_STEPS, ONE_STEP_METHODS, MultiStepSampler, OneStepGenerator
-    from policies.imitation import TorchSampler, load_generative
+    from policies.generative.sampler import TorchSampler
+    from policies.imitation import load_generative
 
     policy, spec, extra, path = load_generative(run_or_ckpt)
     steps = steps or DEFAULT_STEPS[policy.method]

@@ -13,40 +13,13 @@ Pure numpy and independent of ROS, so the policy node, a real-robot env and test
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 
-from reflexlab.spec import Spec
+from reflexlab.robot import SafetyLimits
 
 StaleMode = Literal["hold", "damp"]
-
-
-@dataclass(frozen=True)
-class SafetyLimits:
-    """Joint-position target limits (rad) and the largest allowed target speed (rad/s)."""
-
-    names: tuple[str, ...]
-    lower: tuple[float, ...]
-    upper: tuple[float, ...]
-    max_rate: float
-
-    def __post_init__(self) -> None:
-        n = len(self.names)
-        if len(self.lower) != n or len(self.upper) != n:
-            raise ValueError(f"safety limits: {n} joint names but {len(self.lower)}/{len(self.upper)} limits")
-        if any(lo > hi for lo, hi in zip(self.lower, self.upper, strict=True)):
-            raise ValueError("safety limits: a lower limit exceeds its upper limit")
-        if not self.max_rate > 0:
-            raise ValueError(f"safety limits: max_rate must be positive, got {self.max_rate}")
-
-    @classmethod
-    def from_spec(cls, spec: Spec) -> SafetyLimits:
-        if spec.action.kind != "joint_position":
-            raise ValueError(f"the safety filter guards joint-position targets, not {spec.action.kind!r}")
-        a = spec.action
-        return cls(a.names, a.lower, a.upper, a.max_rate)
 
 
 class SafetyFilter:

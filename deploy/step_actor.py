@@ -1,6 +1,6 @@
 """An exported policy as a step-by-step actor: one observation in, the action for this step out.
 
-The policy node serves models against a clock (`deploy.chunking.ChunkExecutor` at 1 kHz); an env
+The policy node serves models against a clock (`reflexlab.chunking.ChunkExecutor` at 1 kHz); an env
 loop at the control rate (`reflexlab record`, real-world RL) wants the simpler contract of
 gymnasium: ``act(obs)`` once per step. A plain policy maps obs → action; a generator keeps its
 observation history, samples a chunk every ``execution_horizon`` steps (receding horizon, as it
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from deploy.chunking import ObservationHistory
 from deploy.runner import OnnxGenerator, OnnxPolicy, load_model, require_no_cameras
+from reflexlab.chunking import ObservationHistory
 from reflexlab.spec import Spec
 
 

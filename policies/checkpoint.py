@@ -8,7 +8,6 @@ place, so a process killed mid-write never leaves a truncated ``model_*.pt`` beh
 from __future__ import annotations
 
 import hashlib
-import os
 import pickle
 import re
 import zipfile
@@ -17,12 +16,14 @@ from typing import Any
 
 import torch
 
+from reflexlab.errors import UserFacingError
+from reflexlab.io import replace_atomically
 from reflexlab.spec import Spec
 
 _NAME = re.compile(r"^model_(\d+)\.pt$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(RuntimeError, UserFacingError):
     """A checkpoint file that cannot be used; the message names the file and the reason."""
 
 
@@ -36,12 +37,7 @@ def save_checkpoint(runner: Any, run_dir: Path, it: int, info: dict[str, Any]) -
     state["iter"] = it
     state["infos"] = info
     path = run_dir / f"model_{it}.pt"
-    tmp = path.with_suffix(".pt.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_atomically(path, lambda tmp: torch.save(state, tmp))
     return path
 
 

@@ -23,9 +23,10 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from deploy.chunking import ChunkConfig, ChunkExecutor
+from reflexlab.chunking import ChunkConfig, ChunkExecutor
 from reflexlab.spec import ImageInput, Spec
-from sim.registry import get_task
+from sim.registry import get_task, require_kind
+from sim.render import write_video
 
 Sampler = Callable[..., np.ndarray]  # (obs, noise) → chunk, or (obs, noise, images) for a Spec with cameras
 
@@ -75,7 +76,7 @@ def evaluate_chunks(
     DAgger collects the states a policy visits with it.
     """
     entry = get_task(spec.task)
-    entry.require("demo", "chunk-policy evaluation")
+    require_kind(entry, "demo", "chunk-policy evaluation")
     entry.spec().check_compatible(_plain(spec), context=f"policy vs task {spec.task}")
     env = entry.task_class(len(seeds), episode_steps or entry.config().episode_steps)
     if spec.images and not hasattr(env, "render"):
@@ -125,9 +126,7 @@ def evaluate_chunks(
     bar.close()
     if renderer is not None:
         renderer.close()
-        from policies.evaluate import _write_video
-
-        _write_video(video, film, fps=round(spec.control_rate_hz))
+        write_video(video, film, fps=round(spec.control_rate_hz))
     m = env.episode_metrics()
     return EvalResult(m["max_coverage"], m["success"], env.steps.copy(), replans)
 

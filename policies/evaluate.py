@@ -20,6 +20,7 @@ from tqdm import tqdm
 from policies.actor import LoadedPolicy, load_policy
 from reflexlab.config import update_dataclass
 from sim.registry import get_task
+from sim.render import write_video
 
 # Tracking error is averaged after this settling time (robots start from a drop at standstill).
 TRACKING_WARMUP_S = 1.0
@@ -112,7 +113,7 @@ def evaluate(
         "per_episode": per_ep,
     }
     if video is not None and frames:
-        _write_video(video, frames, fps=round(1.0 / (env.task.dt * VIDEO_EVERY)))
+        write_video(video, frames, fps=round(1.0 / (env.task.dt * VIDEO_EVERY)))
         result["video"] = str(video)
     return result
 
@@ -202,12 +203,3 @@ def _renderer(env: Any) -> Any:
     import mujoco
 
     return mujoco.Renderer(env.model, height=360, width=640)
-
-
-def _write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
-    import imageio.v2 as imageio
-
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    with imageio.get_writer(path, fps=fps, codec="libx264", quality=7, macro_block_size=8) as w:
-        for f in frames:
-            w.append_data(f)

@@ -9,45 +9,24 @@ policies as batched samplers for evaluation.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from deploy.chunking import ChunkConfig
 from policies.checkpoint import resolve_checkpoint
+from policies.chunk_eval import evaluate_chunks
 from policies.generative.dagger import DaggerConfig
-from policies.generative.policy import GenerativePolicy
+from policies.generative.data import ChunkWindows
+from policies.generative.policy import CHECKPOINT_FORMAT, GenerativePolicy, PolicyOptions
+from policies.generative.sampler import TorchSampler, flush_denormals
+from policies.generative.train import TrainConfig, distill_student, train_teacher
+from reflexlab.chunking import ChunkConfig
 from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import ImageInput, Spec
-
-_flush_depth = 0
-
-
-@contextlib.contextmanager
-def flush_denormals() -> Iterator[None]:
-    """Flush denormal floats to zero inside the block: a U-Net step with denormals ran 40× slower here (5.3 vs 0.13 s).
-
-    Diffusion training drives many activations towards zero; x86 handles subnormal results in
-    microcode. Flushing changes nothing a float32 network can resolve. The flag is processor state
-    of the whole process, so it is set only while our training or sampling runs and cleared after
-    (left set, it broke hypothesis, which refuses to run without subnormals). Blocks may nest.
-    """
-    global _flush_depth
-    if _flush_depth == 0:
-        torch.set_flush_denormal(True)
-    _flush_depth += 1
-    try:
-        yield
-    finally:
-        _flush_depth -= 1
-        if _flush_depth == 0:
-            torch.set_flush_denormal(False)
-
+from sim.registry import get_task
 
 IMAGE_FEATURE_PREFIX = "observation.images."  # + camera key: a dataset's video feature
 
@@ -122,7 +101,6 @@ def plain(spec: Spec) -> Spec:
 
 def is_generative(run_or_ckpt: Path) -> bool:
     """Whether a run folder / checkpoint holds a generative policy (rather than an rsl-rl PPO actor)."""
-    from policies.generative.policy import CHECKPOINT_FORMAT
 
     try:
         state = torch.load(resolve_checkpoint(run_or_ckpt), map_location="cpu", weights_only=True, mmap=True)
@@ -140,30 +118,8 @@ def load_generative(run_or_ckpt: Path) -> tuple[GenerativePolicy, Spec, dict[str
 
 def check_generative_task(run_or_ckpt: Path, task: str) -> None:
     """Refuse a generative checkpoint trained for another task than ``task``, naming the differing Spec field."""
-    from sim.registry import get_task
 
     get_task(task).spec().check_compatible(plain(load_generative(run_or_ckpt)[1]), context=f"task {task}")
-
-
-class TorchSampler:
-    """A policy at a fixed step count as a batched numpy sampler (obs (N,To,n), noise (N,H,A)) → chunk.
-
-    A policy with cameras also takes ``images``: {camera: (N, To, 3, H, W) uint8}, as its ONNX file does.
-    """
-
-    def __init__(self, policy: GenerativePolicy, steps: int | None) -> None:
-        self.policy, self.steps = policy.eval(), steps
-
-    @torch.no_grad()
-    def __call__(self, obs: np.ndarray, noise: np.ndarray, images: dict[str, np.ndarray] | None = None) -> np.ndarray:
-        stacked = None
-        if self.policy.image_keys:
-            if images is None:
-                raise ValueError(f"this policy reads cameras {list(self.policy.image_keys)}: pass their images")
-            stacked = torch.stack([torch.from_numpy(np.asarray(images[k])) for k in self.policy.image_keys], dim=2)
-        with flush_denormals():
-            chunk = self.policy.sample(torch.from_numpy(obs), torch.from_numpy(noise), self.steps, images=stacked)
-        return chunk.numpy()
 
 
 def observation_windows(
@@ -171,7 +127,6 @@ def observation_windows(
 ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """``count`` observation histories (count, To, n) drawn from a dataset, and for a Spec with cameras their
     frames {camera: (count, To, 3, H, W) uint8}: recorded inputs for export checks."""
-    from policies.generative.data import ChunkWindows
 
     keys = tuple(i.name for i in spec.images)
     size = (spec.images[0].height, spec.images[0].width) if keys else None
@@ -196,27 +151,21 @@ def train_bc_run(
     horizon: int = 16,
     execution_horizon: int = 8,
     progress: bool = True,
-    down_dims: tuple[int, ...] = (32, 64),
-    lr: float = 3e-4,
+    down_dims: tuple[int, ...] = PolicyOptions.down_dims,
+    lr: float = TrainConfig.lr,
     image_keys: tuple[str, ...] = (),
     image_size: tuple[int, int] | None = None,
-    batch_size: int = 256,
+    batch_size: int = TrainConfig.batch_size,
 ) -> Path:
     """Train a teacher (diffusion | flow, or MeanFlow from data) on a dataset; returns its checkpoint.
 
-    ``down_dims`` defaults to a CPU-sized two-level U-Net: on this 2-core machine a batch-256 step
-    takes 74 ms at (32, 64), 160 ms at (32, 64, 128) and 0.32 s at (64, 128, 256), and its one-step
-    student runs in onnxruntime at p50/p99 0.44/0.69 ms (1 thread) against 0.81/1.46 ms for
-    (32, 64, 128) — the third level is what kept a student above 1 ms. Diffusion Policy's paper
-    uses (256, 512, 1024) and lr 1e-4 for ~5000 epochs; ``lr`` is 3e-4 because CPU runs are ~30×
-    shorter.
+    ``down_dims`` and ``lr`` default to the library's CPU-sized choices (`PolicyOptions`, `TrainConfig`
+    say why).
 
     ``image_keys`` adds cameras (video features ``observation.images.<key>``) to the state, each
     frame resized to ``image_size`` (H, W; default: the first camera's recorded size); their frames
     are decoded into memory once (K × 3·H·W bytes per step: 28 kB at 96×96).
     """
-    from policies.generative.policy import PolicyOptions
-    from policies.generative.train import TrainConfig, train_teacher
 
     image_keys = tuple(image_keys)
     if image_keys and image_size is None:
@@ -250,17 +199,17 @@ def distill_run(
     steps: int,
     time_budget_s: float | None,
     seed: int,
-    dispersive_weight: float = 0.0,
+    dispersive_weight: float = PolicyOptions.dispersive_weight,
     progress: bool = True,
-    samples_per_window: int = 8,
-    batch_size: int = 256,
+    samples_per_window: int = TrainConfig.teacher_samples_per_window,
+    batch_size: int = TrainConfig.batch_size,
     lr: float = 1e-3,
-    teacher_sampling_steps: int = 100,
-    unexecuted_step_weight: float = 0.1,
+    teacher_sampling_steps: int = TrainConfig.teacher_steps,
+    unexecuted_step_weight: float = TrainConfig.unexecuted_step_weight,
     execution_horizon: int | None = 2,
     dagger: DaggerConfig | None = None,
     init: Path | None = None,
-    meanflow_jump_fraction: float = 0.0,
+    meanflow_jump_fraction: float = PolicyOptions.meanflow_jump_fraction,
     meanflow_endpoint_weight: float = 1.0,
 ) -> Path:
     """Distil a one-step student (consistency | meanflow) from a teacher run on a dataset's observations.
@@ -275,7 +224,7 @@ def distill_run(
     from the dataset, resized to its size. ``execution_horizon`` (None: the teacher's) is the Ta the
     student's Spec records, which the policy node and `StepActor` execute per chunk: a one-step
     student can afford to re-plan more often than its teacher (panda-push-t scores are best at
-    Ta = 2, `bench_distill`). ``unexecuted_step_weight`` weighs the loss on the chunk steps that Ta
+    Ta = 2, `bench distill`). ``unexecuted_step_weight`` weighs the loss on the chunk steps that Ta
     never executes (`consistency.chunk_step_weights`): weighted 0.1 for Ta 2, a MeanFlow student
     reached 0.942 / 0.83 at Ta 2 after 11,250 steps where the unweighted one had 0.934 / 0.36 after
     12,000 (a consistency student scored the same either way, ~0.95 / 0.84). ``dagger`` adds rounds
@@ -291,8 +240,6 @@ def distill_run(
     0.25 0.50 after 3,750 (stopped there). Over 3 training seeds at 15,000 steps (400 episodes): 0.889 ± 0.004
     with the endpoint term, 0.79 ± 0.06 without (teacher@100 0.8975).
     """
-    from policies.generative.policy import PolicyOptions
-    from policies.generative.train import TrainConfig, distill_student
 
     _, teacher_spec, _, ckpt = load_generative(teacher)
     t = teacher_spec
@@ -348,7 +295,6 @@ def evaluate_generative_run(
     `bench distill`'s evaluation seeds (10000…) and ``noise_seed`` = the training seed, the scores
     are the bench's for that policy, so a checkpoint saved along a run can be placed on its table.
     """
-    from policies.chunk_eval import evaluate_chunks
 
     policy, spec, extra, ckpt = load_generative(run_or_ckpt)
     if execution_horizon is not None:

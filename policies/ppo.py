@@ -24,6 +24,7 @@ from rsl_rl.runners import OnPolicyRunner
 from tqdm import tqdm
 
 from policies.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from reflexlab.errors import UserFacingError
 from sim.backends.mujoco_cpu import NonFiniteError
 
 
@@ -89,7 +90,7 @@ class PPOConfig:
         }
 
 
-class TrainingStopped(RuntimeError):
+class TrainingStopped(RuntimeError, UserFacingError):
     """Training could not continue; the message says why and which checkpoint is intact."""
 
 

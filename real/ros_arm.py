@@ -15,30 +15,17 @@ from __future__ import annotations
 import atexit
 import threading
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from reflexlab.ros.topics import ArmTopics
 
 
 class StaleStateError(RuntimeError):
     """A state stream the env needs is older than allowed; the message names the topic and its age."""
-
-
-@dataclass(frozen=True)
-class ArmTopics:
-    """Topic names shared by the arm drivers (real and simulated) and the env."""
-
-    joint_states: str = "/joint_states"  # sensor_msgs/JointState
-    ee_pose: str = "/franka/ee_pose"  # geometry_msgs/PoseStamped, base frame
-    ee_target: str = "/franka/ee_command"  # geometry_msgs/PoseStamped, base frame
-    # Tracked objects (name -> geometry_msgs/PoseStamped topic): a motion-capture or camera tracker on the
-    # robot, the simulator's ground truth in sim-as-real.
-    objects: Mapping[str, str] = field(default_factory=lambda: {"block": "/tracker/block_pose"})
-    sim_reset: str = "/sim/reset"  # std_msgs/Int64 seed: the simulator's "person" resets the scene
-    sim_reset_done: str = "/sim/reset_done"  # std_msgs/Int64 echo of the seed once the scene is reset
 
 
 @dataclass(frozen=True)
@@ -78,7 +65,7 @@ class RosArm:
         from sensor_msgs.msg import JointState
         from std_msgs.msg import Int64
 
-        from deploy.ros.common import state_qos
+        from reflexlab.ros.common import state_qos
 
         self.topics = t = topics or ArmTopics()
         self._lock = threading.Lock()

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 
 
 class RosFrame(NamedTuple):
@@ -43,7 +43,7 @@ class RosImageCamera:
         from rclpy.experimental import EventsExecutor
         from sensor_msgs.msg import Image
 
-        from deploy.ros.common import state_qos
+        from reflexlab.ros.common import state_qos
 
         self.topic, self._nominal_period = topic, 1.0 / fps
         self.rejected = 0

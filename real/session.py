@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
+
+import numpy as np
 
 from real.env import Detector, Intervention, RealEnv, RealEnvConfig, ResetStep
 from real.record import Actor, RecordSummary, features_of, print_progress, record_episodes, videos_of
@@ -21,6 +24,7 @@ from real.ros_arm import RosArm
 from real.tasks import ArmTask, arm_task
 from real.teleop_link import ArmIntervention
 from reflexlab.dataset import DatasetWriter
+from reflexlab.spec import Spec
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,25 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
-def make_actor(policy: str, task: ArmTask, seed: int) -> tuple[Actor | None, Callable[[], None]]:
-    """``expert`` (the task's scripted expert), ``none`` (a person drives) or an exported .onnx file."""
+class OnnxActor(Protocol):
+    """An exported policy acting once per control step (`deploy.step_actor.StepActor`)."""
+
+    def act(self, obs: np.ndarray) -> np.ndarray: ...
+
+    def reset(self) -> None: ...
+
+
+OnnxActorFactory = Callable[[Path, Spec, int], OnnxActor]  # (model file, the task's Spec, seed) -> actor
+
+
+def make_actor(
+    policy: str, task: ArmTask, seed: int, onnx_actor: OnnxActorFactory | None = None
+) -> tuple[Actor | None, Callable[[], None]]:
+    """``expert`` (the task's scripted expert), ``none`` (a person drives) or an exported .onnx file.
+
+    An .onnx file runs through ``onnx_actor``, which the caller supplies (the CLI and the record node pass
+    `deploy.step_actor.StepActor`): serving sits above this layer, so it is handed in, not imported.
+    """
     if policy == "none":
         return None, lambda: None
     if policy == "expert":
@@ -82,9 +103,9 @@ def make_actor(policy: str, task: ArmTask, seed: int) -> tuple[Actor | None, Cal
     path = Path(policy)
     if not path.exists():
         raise FileNotFoundError(f"--policy {policy}: no such file (use expert, none or an exported .onnx)")
-    from deploy.step_actor import StepActor
-
-    actor = StepActor(path, task.spec, seed=seed)
+    if onnx_actor is None:
+        raise ValueError(f"--policy {policy}: an exported policy needs a runner (pass onnx_actor=StepActor)")
+    actor = onnx_actor(path, task.spec, seed)
     return actor.act, actor.reset
 
 
@@ -92,10 +113,12 @@ def record_session(
     options: RecordOptions,
     teleop: str | Intervention | None = None,
     on_episode: Callable[[int, RecordSummary], None] = print_progress,
+    onnx_actor: OnnxActorFactory | None = None,
 ) -> RecordSummary:
     """Run a recording session end to end; returns what was recorded.
 
     ``teleop``: a teleop config (name in config/teleop or YAML path) to open, or a ready `Intervention`.
+    ``onnx_actor``: runs a ``--policy`` .onnx file (see `make_actor`).
     """
     o = options
     task = arm_task(o.task)
@@ -104,7 +127,7 @@ def record_session(
         raise ValueError("reset step 'sim' needs --sim-as-real (a real scene is reset by a person: use human)")
     if o.policy == "none" and teleop is None:
         raise ValueError("--policy none needs a teleop device (--teleop): otherwise nobody commands the robot")
-    actor, reset_actor = make_actor(o.policy, task, o.seed)
+    actor, reset_actor = make_actor(o.policy, task, o.seed, onnx_actor)
     if not isinstance(teleop, str):
         return _record(o, task, reset, actor, reset_actor, teleop, on_episode)
     from real.teleop_link import make_intervention

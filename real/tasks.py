@@ -15,6 +15,10 @@ import numpy as np
 
 from real.ros_arm import ArmState, yaw_of
 from reflexlab.spec import Spec
+from reflexlab.tasks.panda_push_t import constants as C
+from reflexlab.tasks.panda_push_t import geometry as G
+from reflexlab.tasks.panda_push_t.expert import PushTExpert
+from reflexlab.tasks.panda_push_t.spec import make_spec, observation
 
 
 class ArmTask(Protocol):
@@ -72,14 +76,9 @@ class PushTTask:
 
     @classmethod
     def create(cls) -> PushTTask:
-        from sim.tasks.panda_push_t import constants as C
-        from sim.tasks.panda_push_t.env import make_spec
-
         return cls(make_spec(), C.PUSHER_HEIGHT, np.array([0.0, 1.0, 0.0, 0.0]))
 
     def observation(self, state: ArmState) -> np.ndarray:
-        from sim.tasks.panda_push_t.env import observation
-
         return observation(state.ee_pos[:2], self._block_pose(state))
 
     def ee_target(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -110,15 +109,10 @@ class PushTTask:
         return np.array([low[0] + 0.05, 0.5 * (low[1] + high[1])])  # near the robot, clear of the goal
 
     def reward(self, state: ArmState) -> tuple[float, bool]:
-        from sim.tasks.panda_push_t import constants as C
-        from sim.tasks.panda_push_t import geometry as G
-
         coverage = float(G.coverage(self._block_pose(state)[None])[0])
         return coverage, coverage >= C.SUCCESS_COVERAGE
 
     def expert(self, seed: int) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[], None]]:
-        from sim.tasks.panda_push_t.expert import PushTExpert
-
         expert = PushTExpert(np.random.default_rng(seed))
 
         def act(obs: np.ndarray) -> np.ndarray:  # obs: pusher x, y, block x, y, cos, sin of yaw

@@ -17,12 +17,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from reflexlab.errors import UserFacingError
+
 SPEC_VERSION = 1
 
 ACTION_KINDS = ("joint_position", "joint_torque", "ee_position", "ee_twist", "steering_throttle")
 
 
-class SpecMismatchError(ValueError):
+class SpecMismatchError(ValueError, UserFacingError):
     """Two Specs that must agree do not; ``field`` names the first differing field."""
 
     def __init__(self, field_path: str, ours: Any, theirs: Any, context: str = "") -> None:
@@ -137,7 +139,7 @@ class Spec:
     aligned with the oldest observation; index ``observation_horizon - 1`` is the current step. A
     controller may execute at most ``execution_horizon`` of them from there before it must re-plan
     (Diffusion Policy executes all of them; the policy node re-plans every step by default, see
-    `deploy.chunking`). A plain policy has all three at 1.
+    `reflexlab.chunking`). A plain policy has all three at 1.
 
     ``images``: the cameras a generator reads beside ``policy_obs`` (see `ImageInput`), in the order of
     its ONNX inputs; empty for state-only models, and then left out of the serialised Spec, so every

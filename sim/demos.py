@@ -20,7 +20,7 @@ import numpy as np
 from tqdm import tqdm
 
 from reflexlab.dataset import DatasetWriter
-from sim.registry import get_task
+from sim.registry import get_task, require_kind
 
 IMAGE_PREFIX = "observation.images."  # + MJCF camera name: the video feature a camera is recorded as
 
@@ -57,7 +57,7 @@ def record_demos(
     """Record ``episodes`` successful expert episodes of ``task`` into the dataset at ``out``, with the
     scene's ``cameras`` as (image_size, image_size) RGB videos."""
     entry = get_task(task)
-    entry.require("demo", "scripted demonstrations")
+    require_kind(entry, "demo", "scripted demonstrations")
     spec = entry.spec()
     env = entry.task_class(num_envs, entry.config().episode_steps)
     if cameras and not hasattr(env, "render"):

@@ -1,83 +1,56 @@
-"""Tasks by name. A task registers its definition once; backends and the CLI look it up here.
+"""Tasks by name: the one place a simulated task is registered; backends and the CLI look it up here.
 
 Profiles are named starting configurations of a task (e.g. ``fast``: forward walking without
 randomisation, ``full``: omnidirectional with randomisation and pushes), so that a user's
 command line says which experiment it is rather than listing twenty flags.
+
+Loading is lazy (a task package loads its MuJoCo scene code) and one-way: this module imports the
+task packages, which import only `sim.task_entry` and `reflexlab.tasks`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from functools import cache
 
-from reflexlab.spec import Spec
+from reflexlab.errors import UserFacingError
+from sim.task_entry import TaskEntry
 
 
-class UnknownTaskError(KeyError):
+class UnknownTaskError(KeyError, UserFacingError):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
 
     def __str__(self) -> str:
-        return f"unknown task {self.name!r}; known tasks: {', '.join(sorted(TASKS))}"
+        return f"unknown task {self.name!r}; known tasks: {', '.join(task_names())}"
 
 
 class TaskKindError(ValueError):
     """A task used by a job that does not apply to it (e.g. PPO on a demonstration task)."""
 
 
-@dataclass(frozen=True)
-class TaskEntry:
-    """A registered task.
+@cache
+def _tasks() -> dict[str, TaskEntry]:
+    """Every built-in task; adding a task is one line here."""
+    from sim.tasks import panda_push_t, quadruped
 
-    ``kind`` says which jobs apply: ``"vec"`` tasks are batched torch tasks for rsl-rl PPO
-    (`sim.backends`); ``"demo"`` tasks are learned from demonstrations: ``task_class`` is their
-    batched scene env and ``expert`` builds a scripted expert for one scene from an rng.
-    """
-
-    name: str
-    task_class: type
-    profiles: dict[str, Callable[[], Any]]  # profile name -> config factory
-    default_profile: str
-    kind: str = "vec"
-    expert: Callable[..., Any] | None = None
-
-    def require(self, kind: str, job: str) -> None:
-        if self.kind != kind:
-            others = ", ".join(sorted(n for n, e in TASKS.items() if e.kind == kind)) or "none"
-            raise TaskKindError(
-                f"{job} does not apply to task {self.name!r} (a {self.kind!r} task); tasks for it: {others}"
-            )
-
-    def config(self, profile: str | None = None) -> Any:
-        profile = profile or self.default_profile
-        if profile not in self.profiles:
-            raise ValueError(f"task {self.name!r} has no profile {profile!r}; profiles: {', '.join(self.profiles)}")
-        return self.profiles[profile]()
-
-    def spec(self) -> Spec:
-        return self.task_class.spec_factory(self.config())
-
-
-TASKS: dict[str, TaskEntry] = {}
-
-
-def register(entry: TaskEntry) -> None:
-    TASKS[entry.name] = entry
+    return {e.name: e for e in (quadruped.ENTRY, panda_push_t.ENTRY)}
 
 
 def get_task(name: str) -> TaskEntry:
-    _load_builtin_tasks()
-    if name not in TASKS:
+    if name not in _tasks():
         raise UnknownTaskError(name)
-    return TASKS[name]
+    return _tasks()[name]
 
 
 def task_names() -> list[str]:
-    _load_builtin_tasks()
-    return sorted(TASKS)
+    return sorted(_tasks())
 
 
-def _load_builtin_tasks() -> None:
-    import sim.tasks  # noqa: F401  (registers the built-in tasks)
+def require_kind(entry: TaskEntry, kind: str, job: str) -> None:
+    """Refuse ``job`` on a task of another kind, naming the tasks it does apply to."""
+    if entry.kind != kind:
+        others = ", ".join(sorted(n for n, e in _tasks().items() if e.kind == kind)) or "none"
+        raise TaskKindError(
+            f"{job} does not apply to task {entry.name!r} (a {entry.kind!r} task); tasks for it: {others}"
+        )

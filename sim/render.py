@@ -8,7 +8,9 @@ size, so scenes are rendered only when a policy or dataset asks for a camera.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
+import imageio.v2 as imageio
 import mujoco
 import numpy as np
 
@@ -47,3 +49,11 @@ class SceneRenderer:
         for r in self._renderers.values():
             r.close()
         self._renderers.clear()
+
+
+def write_video(path: Path, frames: list[np.ndarray], fps: int) -> None:
+    """An H.264 MP4 of RGB frames (a rollout for a person to watch)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with imageio.get_writer(path, fps=fps, codec="libx264", quality=7, macro_block_size=8) as w:
+        for f in frames:
+            w.append_data(f)

@@ -17,8 +17,9 @@ from collections.abc import Callable
 import numpy as np
 import yaml
 
-from teleop.config import AxisCalibration, load_teleop_config, make_device
+from teleop.config import load_teleop_config, make_device
 from teleop.devices.base import AXES, TeleopDevice
+from teleop.devices.config import AxisCalibration
 
 
 def fit_calibration(

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from teleop.config import FrameConfig, parse_signed_axis
+from teleop.config import FrameConfig
+from teleop.devices.base import parse_signed_axis
 
 #: Operator positions → yaw (degrees) of the device frame about the base z axis, for a robot base
 #: with x forward, y left, z up (REP 103). E.g. facing the robot, pushing away moves the arm to -x.

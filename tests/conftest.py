@@ -14,12 +14,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 _worker = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0")[2:] or 0)
 os.environ["ROS_DOMAIN_ID"] = str(20 + (os.getppid() % 35) * 2 + _worker % 2)
 os.environ["ROS_AUTOMATIC_DISCOVERY_RANGE"] = "LOCALHOST"
-os.environ["AMENT_PREFIX_PATH"] = os.environ.get("AMENT_PREFIX_PATH") or sys.prefix  # as deploy.ros sets it
+os.environ["AMENT_PREFIX_PATH"] = os.environ.get("AMENT_PREFIX_PATH") or sys.prefix  # as reflexlab.ros sets it
 
 
 def tiny_train(run_dir: Path, iterations: int = 3, num_envs: int = 16, save_interval: int = 1) -> Path:
     """A real (short) PPO run through the CLI entry point."""
-    from reflexlab.cli import train
+    from reflexlab.cli.train import train
 
     train(run_dir=run_dir, num_envs=num_envs, iterations=iterations, save_interval=save_interval, threads=1)
     return run_dir

@@ -21,25 +21,23 @@ hold between policy steps) say how their chunks become the command of every cont
 from __future__ import annotations
 
 import gc
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from sensor_msgs.msg import Imu, JointState
 
-import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
-from deploy.chunking import ChunkConfig
+import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from deploy.controller import PolicyController, StateRejected
-from deploy.robot import RobotConfig
-from deploy.ros.common import CommandWriter, command_msg_type, run_node, spin, stamp_ns, state_qos
 from deploy.runner import load_model
 from deploy.timing import LatencyWindow, TokenBucket
+from reflexlab.chunking import ChunkConfig
+from reflexlab.robot import RobotConfig
+from reflexlab.ros.common import CommandWriter, command_msg_type, node_main, run_node, stamp_ns, state_qos
 
 # The token bucket admits 10 % more than rate_hz: a stream at exactly rate_hz with jitter is a
 # random walk that would otherwise empty the bucket and drop states now and then.
@@ -56,7 +54,7 @@ PARAMETERS: dict[str, object] = {
     "policy_rate_hz": 0.0,  # policy evaluations per second; 0 = the model's control rate
     "autostart": True,  # configure and activate at startup
     "diagnostics_period_s": 1.0,
-    # Action-chunk models only (see deploy.chunking):
+    # Action-chunk models only (see reflexlab.chunking):
     "chunk_execution": "receding",  # receding (latest chunk, re-planned every policy step) or ensemble
     "ensemble_decay": 0.01,  # ensemble weights exp(-decay * chunk age in policy steps)
     "interpolation": "linear",  # between policy steps: linear (moves every control step) or hold
@@ -356,16 +354,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> None:
     """``ros2 run reflexlab policy_node --ros-args -p model_path:=policy.onnx …``"""
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = PolicyNode()
-    try:
-        if not autostart(node):
-            node.get_logger().fatal(f"not started: {node.error}")
-            sys.exit(1)
-        spin([node])
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    node_main(PolicyNode, argv, start=lambda node: None if autostart(node) else str(node.error))
 
 
 if __name__ == "__main__":

@@ -27,9 +27,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from policies.chunk_eval import evaluate_chunks
 from policies.generative.policy import GenerativePolicy
+from policies.generative.sampler import TorchSampler
 from policies.generative.teacher_samples import TeacherSamples
-from reflexlab.dataset import replace_atomically
+from reflexlab.io import replace_atomically
 from reflexlab.spec import Spec
 
 LABELS_FILE = "dagger_samples.pt"
@@ -87,9 +89,6 @@ class Visits:
 def visited_states(student: GenerativePolicy, spec: Spec, seeds: list[int], noise_seed: int) -> Visits:
     """Roll ``student`` (one step, receding horizon with the Spec's Ta) out on ``seeds``; keep each running
     scene's observation history at each re-plan."""
-    from policies.chunk_eval import evaluate_chunks
-    from policies.imitation import TorchSampler
-
     if student.image_keys:
         raise ValueError(f"DAgger rounds are for state-only students; this one reads {list(student.image_keys)}")
     kept: list[np.ndarray] = []

@@ -2,7 +2,7 @@
 
 A window is what the policy sees at one control step c and what it must predict there: the
 observations c−To+1 … c (oldest first) and the actions c−To+1 … c−To+H, so action index To−1 is
-the current step's, as the Spec's generator contract (and `deploy.chunking`) reads a chunk.
+the current step's, as the Spec's generator contract (and `reflexlab.chunking`) reads a chunk.
 Indices outside the episode repeat its first or last element, as Diffusion Policy pads: before
 the start the robot "was already there", after the end it "stays". Every step of every episode is
 one window's current step. Diffusion Policy drops the last H − To − Ta + 1 steps as current steps

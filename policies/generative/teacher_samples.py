@@ -38,7 +38,7 @@ from tqdm import tqdm
 
 from policies.generative.data import ChunkWindows
 from policies.generative.policy import GenerativePolicy
-from reflexlab.dataset import replace_atomically
+from reflexlab.io import replace_atomically
 
 CACHE_FORMAT = 1
 

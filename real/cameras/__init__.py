@@ -16,4 +16,4 @@ import contextlib
 with contextlib.suppress(ImportError):  # a camera-only install has no ROS, and then no conflict
     import rclpy  # noqa: F401  (loads libfastdds before pyrealsense2)
 
-    import deploy.ros  # noqa: F401  (the environment rclpy needs before it loads a message type)
+    import reflexlab.ros  # noqa: F401  (the environment rclpy needs before it loads a message type)

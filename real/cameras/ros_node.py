@@ -13,19 +13,17 @@ first would only add latency, and only that thread ever publishes on these publi
 from __future__ import annotations
 
 import array
-import sys
 from pathlib import Path
 
 import numpy as np
-import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
 
-import deploy.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
-from deploy.ros.common import spin
+import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from real.cameras.realsense import CameraError, Frame, Intrinsics, RealSenseCamera, RealSenseConfig
+from reflexlab.ros.common import node_main
 
 PARAMETERS: dict[str, object] = {
     "serial": "",  # live camera by serial; empty: the first connected
@@ -129,18 +127,7 @@ class CameraNode(Node):
 
 def main(argv: list[str] | None = None) -> None:
     """``ros2 run reflexlab camera_node --ros-args -p serial:=… | -p playback_file:=rec.db3``"""
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    node = None
-    try:
-        node = CameraNode()
-        spin([node])
-    except (CameraError, FileNotFoundError) as e:
-        print(f"camera_node: {e}", file=sys.stderr)
-        sys.exit(1)
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    node_main(CameraNode, argv, name="camera_node", errors=(CameraError, FileNotFoundError))
 
 
 if __name__ == "__main__":

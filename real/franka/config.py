@@ -1,22 +1,21 @@
 """The Franka driver's configuration: a typed dataclass tree loaded from ``config/robots/franka.yaml``.
 
-Why a strict loader: a robot config is edited by hand next to a moving arm, and a misspelt key
-silently falling back to a default (say ``comand_timeout_s``) would remove a safety net without
-anyone noticing. Every unknown key, wrong type or wrong length is refused and the message names
-the dotted key (``safety.workspace_min``) and the file.
+Why a strict loader (`reflexlab.config`): a robot config is edited by hand next to a moving arm,
+and a misspelt key silently falling back to a default (say ``comand_timeout_s``) would remove a
+safety net without anyone noticing. Every unknown key, wrong type or wrong length is refused and
+the message names the dotted key (``safety.workspace_min``) and the file.
 """
 
 from __future__ import annotations
 
-import typing
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Literal, get_args
 
 import numpy as np
-import yaml
 
 from real.franka.constants import DTAU_MAX, N_JOINTS, TAU_MAX
+from reflexlab.config import ConfigError, load_yaml
 
 ControlMode = Literal["joint_impedance", "cartesian_impedance"]
 Realtime = Literal["ignore", "enforce"]
@@ -24,7 +23,7 @@ Realtime = Literal["ignore", "enforce"]
 DEFAULT_PATH = Path(__file__).resolve().parents[2] / "config" / "robots" / "franka.yaml"
 
 
-class FrankaConfigError(ValueError):
+class FrankaConfigError(ConfigError):
     """A Franka config that is missing, unreadable or inconsistent; the message names the key."""
 
 
@@ -102,7 +101,6 @@ class FrankaConfig:
     path: Path | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        where = f"franka config {self.path}" if self.path else "franka config"
         lengths = {
             "impedance.joint_stiffness": (self.impedance.joint_stiffness, N_JOINTS),
             "impedance.joint_damping": (self.impedance.joint_damping, N_JOINTS),
@@ -118,18 +116,18 @@ class FrankaConfig:
         }
         for key, (value, n) in lengths.items():
             if len(value) != n:
-                raise FrankaConfigError(f"{where}: {key} must have {n} values, got {len(value)}")
+                raise FrankaConfigError(f"{key}: must have {n} values, got {len(value)}")
         if self.mode not in get_args(ControlMode):
-            raise FrankaConfigError(f"{where}: mode must be one of {get_args(ControlMode)}, not {self.mode!r}")
+            raise FrankaConfigError(f"mode: must be one of {get_args(ControlMode)}, not {self.mode!r}")
         if self.realtime not in get_args(Realtime):
-            raise FrankaConfigError(f"{where}: realtime must be one of {get_args(Realtime)}, not {self.realtime!r}")
+            raise FrankaConfigError(f"realtime: must be one of {get_args(Realtime)}, not {self.realtime!r}")
         s = self.safety
         if not np.all(np.asarray(s.workspace_min) < np.asarray(s.workspace_max)):
-            raise FrankaConfigError(f"{where}: safety.workspace_min must be below safety.workspace_max on every axis")
+            raise FrankaConfigError("safety.workspace_min: must be below safety.workspace_max on every axis")
         if np.any(np.asarray(s.max_joint_torque) > TAU_MAX) or np.any(np.asarray(s.max_joint_torque) <= 0):
-            raise FrankaConfigError(f"{where}: safety.max_joint_torque must be in (0, {TAU_MAX.tolist()}] Nm")
+            raise FrankaConfigError(f"safety.max_joint_torque: must be in (0, {TAU_MAX.tolist()}] Nm")
         if not 0 < s.max_torque_rate <= DTAU_MAX:
-            raise FrankaConfigError(f"{where}: safety.max_torque_rate must be in (0, {DTAU_MAX:g}] Nm/s")
+            raise FrankaConfigError(f"safety.max_torque_rate: must be in (0, {DTAU_MAX:g}] Nm/s")
         positive = {
             "safety.command_timeout_s": s.command_timeout_s,
             "safety.max_ee_force": s.max_ee_force,
@@ -140,67 +138,21 @@ class FrankaConfig:
         }
         for key, value in positive.items():
             if not value > 0:
-                raise FrankaConfigError(f"{where}: {key} must be positive, got {value}")
+                raise FrankaConfigError(f"{key}: must be positive, got {value}")
         if not 0 <= self.loop_priority <= 99:
-            raise FrankaConfigError(f"{where}: loop_priority must be in [0, 99], got {self.loop_priority}")
+            raise FrankaConfigError(f"loop_priority: must be in [0, 99], got {self.loop_priority}")
         if not 0 <= s.joint_margin < 0.5:
-            raise FrankaConfigError(f"{where}: safety.joint_margin must be in [0, 0.5) rad, got {s.joint_margin}")
+            raise FrankaConfigError(f"safety.joint_margin: must be in [0, 0.5) rad, got {s.joint_margin}")
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_PATH, **overrides: Any) -> FrankaConfig:
         """Read a YAML config; ``overrides`` replace top-level keys (e.g. ``host`` for a sim)."""
-        p = Path(path)
-        if not p.is_file():
-            raise FrankaConfigError(f"franka config {p} does not exist")
-        try:
-            d = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise FrankaConfigError(f"franka config {p} is not valid YAML: {e}") from e
-        if not isinstance(d, dict):
-            raise FrankaConfigError(f"franka config {p} must be a mapping, got {type(d).__name__}")
-        d.pop("robot", None)  # the file names its robot for humans; the class is the robot
-        return _build(cls, {**d, **overrides}, f"franka config {p}", "", extra={"path": p})
-
-
-def _build(cls: type, d: Any, where: str, prefix: str, extra: dict[str, Any] | None = None) -> Any:
-    """Construct dataclass ``cls`` from a mapping, converting and checking each field by its type hint."""
-    if not isinstance(d, dict):
-        raise FrankaConfigError(f"{where}: {prefix.rstrip('.') or 'the file'} must be a mapping")
-    known = {f.name: f for f in fields(cls) if f.name != "path"}
-    unknown = sorted(set(d) - set(known))
-    if unknown:
-        raise FrankaConfigError(f"{where}: unknown key {prefix}{unknown[0]} (known: {', '.join(sorted(known))})")
-    hints = typing.get_type_hints(cls)
-    values = {name: _convert(hints[name], d[name], where, prefix + name) for name in known if name in d}
-    return cls(**values, **(extra or {}))
-
-
-def _convert(hint: Any, value: Any, where: str, key: str) -> Any:
-    origin = get_origin(hint)
-    if isinstance(hint, type) and hasattr(hint, "__dataclass_fields__"):
-        return _build(hint, value, where, key + ".")
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise FrankaConfigError(f"{where}: {key} must be a list of numbers, got {value!r}")
-        return tuple(_convert(float, v, where, f"{key}[{i}]") for i, v in enumerate(value))
-    if origin is Literal:
-        if value not in get_args(hint):
-            raise FrankaConfigError(f"{where}: {key} must be one of {get_args(hint)}, not {value!r}")
-        return value
-    if hint is bool:
-        if not isinstance(value, bool):
-            raise FrankaConfigError(f"{where}: {key} must be true or false, got {value!r}")
-        return value
-    if hint is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise FrankaConfigError(f"{where}: {key} must be a number, got {value!r}")
-        return float(value)
-    if hint is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise FrankaConfigError(f"{where}: {key} must be an integer, got {value!r}")
-        return value
-    if hint is str:
-        if not isinstance(value, str):
-            raise FrankaConfigError(f"{where}: {key} must be a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config type {hint} for {key}")
+        return load_yaml(
+            cls,
+            path,
+            what="franka config",
+            error=FrankaConfigError,
+            ignore=("robot",),  # the file names its robot for humans; the class is the robot
+            overrides=overrides,
+            extra={"path": Path(path)},
+        )

@@ -11,22 +11,19 @@ A target of the wrong kind for the configured mode is rejected and counted, neve
 
 from __future__ import annotations
 
-import sys
-
 import numpy as np
-import rclpy
 from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
-from deploy.robot import RobotConfig
-from deploy.ros.common import read_command, spin, state_qos
 from real.franka.config import DEFAULT_PATH, FrankaConfig, FrankaConfigError
 from real.franka.constants import DQ_MAX, JOINT_NAMES, Q_MAX, Q_MIN
 from real.franka.driver import FrankaDriver, FrankaError
-from real.ros_arm import ArmTopics
+from reflexlab.robot import RobotConfig
+from reflexlab.ros.common import node_main, read_command, state_qos
+from reflexlab.ros.topics import ArmTopics
 
 PARAMETERS: dict[str, object] = {
     "config_path": str(DEFAULT_PATH),
@@ -124,18 +121,8 @@ class FrankaNode(Node):
 
 def main(argv: list[str] | None = None) -> None:
     """``ros2 run reflexlab franka_node --ros-args -p host:=… -p mode:=…``"""
-    rclpy.init(args=argv if argv is not None else sys.argv)
-    try:
-        node = FrankaNode()
-    except (FrankaError, FrankaConfigError) as e:  # unreachable robot, bad config: say so, no traceback
-        print(f"franka_node: {e}", file=sys.stderr)
-        rclpy.try_shutdown()
-        sys.exit(1)
-    try:
-        spin([node])
-    finally:
-        node.destroy_node()
-        rclpy.try_shutdown()
+    # unreachable robot, bad config: say so, no traceback
+    node_main(FrankaNode, argv, name="franka_node", errors=(FrankaError, FrankaConfigError))
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ import torch
 from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
-from sim.legged import LeggedState, quat_rotate_inverse
-from sim.registry import TaskEntry, get_task
+from reflexlab.tasks.legged import LeggedState, quat_rotate_inverse
+from sim.registry import get_task, require_kind
+from sim.task_entry import TaskEntry
 
 
 class NonFiniteError(RuntimeError):
@@ -55,7 +56,7 @@ class MujocoVecEnv(VecEnv):
         record_metrics: bool = False,
     ) -> None:
         entry = get_task(task) if isinstance(task, str) else task
-        entry.require("vec", "the batched MuJoCo VecEnv (PPO)")
+        require_kind(entry, "vec", "the batched MuJoCo VecEnv (PPO)")
         self.task_entry = entry
         self.cfg = cfg if cfg is not None else entry.config()
         self.num_envs = num_envs
@@ -73,7 +74,7 @@ class MujocoVecEnv(VecEnv):
         self.episode_length_buf = torch.zeros(num_envs, dtype=torch.long)
         self.common_step_counter = 0
 
-        self.model = mujoco.MjModel.from_xml_path(str(c.XML_PATH))
+        self.model = mujoco.MjModel.from_xml_path(str(entry.scene_xml))
         self._check_model()
         self.batch = mujoco.batch.Batch(self.model, nsim=num_envs, nthread=nthread)
         m = self.model
@@ -104,11 +105,12 @@ class MujocoVecEnv(VecEnv):
     # --- model checks and randomisation ---------------------------------------------------------
     def _check_model(self) -> None:
         m, c = self.model, self.c
+        scene = self.task_entry.scene_xml.name
         acts = [m.joint(m.actuator_trnid[i, 0]).name for i in range(m.nu)]
         if tuple(acts) != tuple(c.JOINT_NAMES):
-            raise ValueError(f"{c.XML_PATH.name}: actuator order {acts} differs from constants.JOINT_NAMES")
+            raise ValueError(f"{scene}: actuator order {acts} differs from constants.JOINT_NAMES")
         if not math.isclose(m.opt.timestep, c.PHYSICS_DT):
-            raise ValueError(f"{c.XML_PATH.name}: timestep {m.opt.timestep} != constants.PHYSICS_DT {c.PHYSICS_DT}")
+            raise ValueError(f"{scene}: timestep {m.opt.timestep} != constants.PHYSICS_DT {c.PHYSICS_DT}")
 
     def _apply_physics_sample(self) -> None:
         p = self.physics

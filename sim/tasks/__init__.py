@@ -1,3 +1,1 @@
-"""Built-in tasks; importing this package registers them."""
-
-from sim.tasks import panda_push_t, quadruped  # noqa: F401
+"""L2: the simulated side of each task (MuJoCo scene + batched env); `sim.registry` lists them."""

@@ -1,4 +1,7 @@
-"""Teleop input devices behind one protocol (`TeleopDevice`); pygame/pyspacemouse load on first use."""
+"""Teleop input devices behind one protocol (`TeleopDevice`); may import reflexlab but no teleop module above.
+
+pygame and pyspacemouse load with a device's own module (``teleop.devices.gamepad``, …), not with this package.
+"""
 
 from teleop.devices.base import AXES, TeleopDevice, TeleopDeviceError, TeleopReading
 

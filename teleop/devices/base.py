@@ -16,6 +16,18 @@ import numpy as np
 
 AXES: tuple[str, ...] = ("x", "y", "z", "roll", "pitch", "yaw")
 
+#: A device's twist axis as ``+x``/``-yaw`` (the sign says which way the input drives it).
+SignedAxis = str
+
+
+def parse_signed_axis(text: SignedAxis) -> tuple[int, float]:
+    """``"-yaw"`` → (index of yaw, -1.0); a bare name is positive."""
+    sign = -1.0 if text.startswith("-") else 1.0
+    name = text.lstrip("+-")
+    if name not in AXES:
+        raise ValueError(f"{text!r} is not a signed axis; use +/- and one of {', '.join(AXES)}")
+    return AXES.index(name), sign
+
 
 class TeleopDeviceError(RuntimeError):
     """A device could not be opened; the message says what to do about it."""

@@ -32,8 +32,8 @@ os.environ.setdefault("SDL_JOYSTICK_ALLOW_BACKGROUND_EVENTS", "1")
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 import pygame
 
-from teleop.config import AxisSource, GamepadConfig
 from teleop.devices.base import AXES, TeleopDeviceError, TeleopReading, disconnected, shape_axes
+from teleop.devices.config import AxisSource, GamepadConfig
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ import numpy as np
 os.environ.setdefault("PYGAME_HIDE_SUPPORT_PROMPT", "1")
 import pygame
 
-from teleop.config import KeyboardConfig, parse_signed_axis
-from teleop.devices.base import TeleopDeviceError, TeleopReading
+from teleop.devices.base import TeleopDeviceError, TeleopReading, parse_signed_axis
+from teleop.devices.config import KeyboardConfig
 
 log = logging.getLogger(__name__)
 

@@ -34,8 +34,8 @@ import pyspacemouse
 from easyhid import HIDException
 from pyspacemouse import AxisConvention, DeviceInfo, SpaceMouseDevice, SpaceMouseState
 
-from teleop.config import SpaceMouseConfig
 from teleop.devices.base import AXES, TeleopDeviceError, TeleopReading, disconnected, shape_axes
+from teleop.devices.config import SpaceMouseConfig
 
 log = logging.getLogger(__name__)
 

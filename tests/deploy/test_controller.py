@@ -7,14 +7,15 @@ import numpy as np
 import pytest
 import torch
 
-from deploy.chunking import ChunkConfig
-from deploy.controller import PolicyController, StateRejected, projected_gravity
-from deploy.robot import RobotConfig
+from deploy.controller import PolicyController, StateRejected
 from deploy.runner import OnnxGenerator, OnnxPolicy
-from deploy.sim_robot import SimRobot
+from reflexlab.chunking import ChunkConfig
+from reflexlab.robot import RobotConfig
+from reflexlab.rotations import projected_gravity
+from reflexlab.tasks.legged import quat_rotate_inverse
 from sim.backends.mujoco_cpu import MujocoVecEnv
-from sim.legged import quat_rotate_inverse
 from sim.registry import get_task
+from sim.ros.sim_robot import SimRobot
 
 ENTRY = get_task("quadruped-walk")
 ROBOT = RobotConfig.load("quadruped")

@@ -55,12 +55,12 @@ def declared() -> dict[str, dict[str, type]]:
     """What each executable's node really declares (instances, not a list kept by hand)."""
     import rclpy
 
-    from deploy.ros.arm_bridge import ArmBridge
     from deploy.ros.policy_node import PolicyNode
-    from deploy.ros.sim_bridge import SimBridge
+    from deploy.ros.record_node import RecordNode
     from real.cameras.ros_node import PARAMETERS as CAMERA_PARAMETERS
     from real.franka.ros_node import PARAMETERS as FRANKA_PARAMETERS
-    from real.record_node import RecordNode
+    from sim.ros.arm_bridge import ArmBridge
+    from sim.ros.sim_bridge import SimBridge
 
     rclpy.init()
     try:

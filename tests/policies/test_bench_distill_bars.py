@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from policies.bench_distill import bars, select_execution_horizon
+from reflexlab.cli.bench.distill import select_execution_horizon
+from reflexlab.cli.bench.distill_report import bars
 
 
 def _row(cov: float, succ: float, p50: float, p99: float, ccw: float, both: float) -> dict[str, list[float]]:

@@ -12,7 +12,8 @@ import torch
 
 from deploy.onnx_export import export_generative_checkpoint
 from policies.chunk_eval import evaluate_chunks
-from policies.imitation import TorchSampler, distill_run, load_episodes, load_generative, train_bc_run
+from policies.generative.sampler import TorchSampler
+from policies.imitation import distill_run, load_episodes, load_generative, train_bc_run
 from reflexlab.dataset import load_dataset
 from sim.demos import record_demos
 from sim.registry import get_task

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from policies.imitation import flush_denormals
+from policies.generative.sampler import flush_denormals
 
 TINY = torch.tensor([1e-40], dtype=torch.float32)  # a float32 subnormal
 

@@ -18,7 +18,8 @@ from deploy.runner import OnnxGenerator, PolicyInputError
 from policies.chunk_eval import evaluate_chunks
 from policies.generative.dagger import DaggerConfig, visited_states
 from policies.generative.policy import GenerativePolicy
-from policies.imitation import TorchSampler, distill_run, is_generative, load_generative, train_bc_run
+from policies.generative.sampler import TorchSampler
+from policies.imitation import distill_run, is_generative, load_generative, train_bc_run
 from reflexlab.dataset import DatasetError, DatasetWriter, load_dataset
 from reflexlab.spec import SpecMismatchError
 from sim.demos import record_demos
@@ -102,7 +103,7 @@ def test_evaluation_is_seeded(runs: dict[str, Path]) -> None:
 
 def test_ensembled_evaluation_is_the_policy_nodes_ensembling(runs: dict[str, Path]) -> None:
     """Ensembling re-plans every step; over one chunk (Ta = 1) it is exactly the receding execution."""
-    from deploy.chunking import ChunkConfig
+    from reflexlab.chunking import ChunkConfig
 
     policy, spec, _, _ = load_generative(runs["consistency"])
     torch_sampler = TorchSampler(policy, 1)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from policies.evaluate import evaluate_run
-from reflexlab.cli import train
+from reflexlab.cli.train import train
 
 MAX_SLIP_M_S = 0.1
 MAX_STEPPING_HZ = 4.0
@@ -31,7 +31,7 @@ def test_fast_bar_forward_walk_in_10_minutes(tmp_path: Path) -> None:
     assert s["no_fall_rate"] >= 0.95, s
     _check_gait(s)
     # the same policy, exported, served by the ROS 2 policy node on the MuJoCo sim bridge
-    from deploy.sim2sim import compare_with_play
+    from reflexlab.cli.bench.sim2sim import compare_with_play
 
     c = compare_with_play(run, command=(0.5, 0.0, 0.0), seconds=10.0, episodes=8)
     assert not c["ros_fell"], c

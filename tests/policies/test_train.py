@@ -13,9 +13,10 @@ from policies.checkpoint import CheckpointError, latest_checkpoint, list_checkpo
 from policies.ppo import PPOConfig, TrainingStopped, runner_info, train
 from reflexlab.cli import main
 from reflexlab.spec import Spec, SpecMismatchError
+from reflexlab.tasks.quadruped.walk import QuadrupedWalk
 from sim.backends.mujoco_cpu import MujocoVecEnv
-from sim.registry import TaskEntry, get_task
-from sim.tasks.quadruped.walk import QuadrupedWalk
+from sim.registry import get_task
+from sim.task_entry import TaskEntry
 from tests.conftest import tiny_train
 
 ENTRY = get_task("quadruped-walk")
@@ -94,7 +95,7 @@ class _PoisonedWalk(QuadrupedWalk):
 
 
 def test_nan_stops_training_naming_env_and_step_and_keeps_checkpoint(tmp_path: Path) -> None:
-    entry = TaskEntry("quadruped-walk", _PoisonedWalk, ENTRY.profiles, ENTRY.default_profile)
+    entry = TaskEntry("quadruped-walk", _PoisonedWalk, ENTRY.profiles, ENTRY.default_profile, ENTRY.scene_xml)
     env = MujocoVecEnv(entry, entry.config(), num_envs=8, nthread=1)
     ppo = PPOConfig(num_steps_per_env=8, save_interval=1)
     info = runner_info("quadruped-walk", "fast", env.cfg, ppo, env.spec.to_json(), 8, 0)

@@ -29,6 +29,14 @@ def test_serve_refuses_a_missing_model_with_a_one_line_error(tmp_path: Path) -> 
     assert "Traceback" not in r.stderr
 
 
+def test_inspect_imports_neither_torch_nor_mujoco(exported) -> None:
+    """Only the chosen verb's module is imported (`serve`: tests/deploy/ros/test_serving_imports.py)."""
+    code = "import sys; from reflexlab.cli import main; main(sys.argv[1:]); print({'torch', 'mujoco'} & {*sys.modules})"
+    r = subprocess.run([sys.executable, "-c", code, "inspect", str(exported[0])], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.strip().splitlines()[-1] == "set()"
+
+
 def test_bench_serve_quick_reports_every_rate(exported, tmp_path: Path) -> None:
     r = run(
         "bench", "serve", "--model", str(exported[0]), "--rates", "200", "--seconds", "2", "--json",

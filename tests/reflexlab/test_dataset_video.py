@@ -23,7 +23,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from reflexlab import dataset as dataset_module
 from reflexlab.dataset import (
     EPISODES_PATH,
     INFO_PATH,
@@ -33,6 +32,7 @@ from reflexlab.dataset import (
     DatasetWriter,
     load_dataset,
 )
+from reflexlab.dataset import writer as dataset_writer
 
 REPO = Path(__file__).resolve().parents[2]
 FPS = 30
@@ -253,7 +253,7 @@ def test_a_save_that_fails_after_placing_the_videos_can_be_retried(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The window between the videos' rename and the meta: a retry reuses the finished videos."""
-    publish = dataset_module._publish_meta
+    publish = dataset_writer.publish_meta
     failures = iter([OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))])
 
     def publish_once_failing(*args: object) -> None:
@@ -264,7 +264,7 @@ def test_a_save_that_fails_after_placing_the_videos_can_be_retried(
 
     with DatasetWriter(tmp_path, FPS, "toy", FEATURES, videos=VIDEOS) as writer:
         record_toy_episode(writer)
-        monkeypatch.setattr(dataset_module, "_publish_meta", publish_once_failing)
+        monkeypatch.setattr(dataset_writer, "publish_meta", publish_once_failing)
         with pytest.raises(DatasetError, match=r"disk full.*still buffered") as err:
             record_toy_episode(writer, drop=(1,))
         assert err.value.episode == 1 and load_dataset(tmp_path).num_episodes == 1

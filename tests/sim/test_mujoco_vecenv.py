@@ -2,9 +2,9 @@ import pytest
 import torch
 from rsl_rl.env import VecEnv
 
+from reflexlab.tasks.quadruped.randomize import RandomizationConfig
 from sim.backends.mujoco_cpu import MujocoVecEnv, NonFiniteError
 from sim.registry import get_task
-from sim.tasks.quadruped.randomize import RandomizationConfig
 
 ENTRY = get_task("quadruped-walk")
 

@@ -10,19 +10,19 @@ import numpy as np
 import pytest
 
 from reflexlab.dataset import load_dataset
+from reflexlab.tasks.panda_push_t import constants as C
+from reflexlab.tasks.panda_push_t import geometry as G
+from reflexlab.tasks.panda_push_t.expert import PushTExpert
+from reflexlab.tasks.panda_push_t.modes import chunk_mode, two_sided_states
 from sim.registry import TaskKindError, get_task
-from sim.tasks.panda_push_t import constants as C
-from sim.tasks.panda_push_t import geometry as G
-from sim.tasks.panda_push_t.env import PushTEnv
-from sim.tasks.panda_push_t.expert import PushTExpert
-from sim.tasks.panda_push_t.modes import chunk_mode, two_sided_states
+from sim.tasks.panda_push_t.env import SCENE_XML, PushTEnv
 
 
 def test_model_matches_constants() -> None:
-    m = mujoco.MjModel.from_xml_path(str(C.XML_PATH))
+    m = mujoco.MjModel.from_xml_path(str(SCENE_XML))
     for name, lo, hi in zip(C.JOINT_NAMES, C.JOINT_LOWER, C.JOINT_UPPER, strict=True):
         assert tuple(m.joint(name).range) == pytest.approx((lo, hi))
-    root = ET.parse(C.XML_PATH).getroot()
+    root = ET.parse(SCENE_XML).getroot()
     sizes = {g.get("name"): [float(x) for x in g.get("size").split()] for g in root.iter("geom") if g.get("name")}
     assert 2 * sizes["block_bar"][0] == pytest.approx(C.BAR_SIZE[0])
     assert 2 * sizes["block_stem"][1] == pytest.approx(C.STEM_SIZE[1])

@@ -3,11 +3,12 @@
 import mujoco
 import numpy as np
 
-from sim.tasks.quadruped import constants as C
+from reflexlab.tasks.quadruped import constants as C
+from sim.tasks.quadruped import SCENE_XML
 
 
 def load() -> tuple[mujoco.MjModel, mujoco.MjData]:
-    m = mujoco.MjModel.from_xml_path(str(C.XML_PATH))
+    m = mujoco.MjModel.from_xml_path(str(SCENE_XML))
     return m, mujoco.MjData(m)
 
 

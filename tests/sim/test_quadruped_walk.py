@@ -2,9 +2,9 @@
 
 import torch
 
+from reflexlab.tasks.quadruped import constants as C
 from sim.backends.mujoco_cpu import MujocoVecEnv
 from sim.registry import get_task
-from sim.tasks.quadruped import constants as C
 
 ENTRY = get_task("quadruped-walk")
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from teleop.calibrate import fit_calibration
-from teleop.config import AxisCalibration, SpaceMouseConfig
 from teleop.devices.base import shape_axes
+from teleop.devices.config import AxisCalibration, SpaceMouseConfig
 from teleop.devices.spacemouse import SpaceMouse
 from tests.teleop.hid_replay import HidReplay, load_recordings
 

@@ -6,14 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from teleop.config import (
-    GamepadConfig,
-    KeyboardConfig,
-    SpaceMouseConfig,
-    load_teleop_config,
-    make_device,
-    teleop_config_from_dict,
-)
+from teleop.config import load_teleop_config, make_device, teleop_config_from_dict
+from teleop.devices.config import GamepadConfig, KeyboardConfig, SpaceMouseConfig
 
 ROOT = Path(__file__).parents[2] / "config" / "teleop"
 

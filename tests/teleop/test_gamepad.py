@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from teleop.config import AxisSource, GamepadConfig, load_teleop_config
+from teleop.config import load_teleop_config
 from teleop.devices.base import TeleopDeviceError
+from teleop.devices.config import AxisSource, GamepadConfig
 
 CONFIG = Path(__file__).parents[2] / "config" / "teleop" / "gamepad.yaml"
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from teleop.arbiter import InterventionArbiter
-from teleop.config import ArbiterConfig, FrameConfig, SpaceMouseConfig
+from teleop.config import ArbiterConfig, FrameConfig
+from teleop.devices.config import SpaceMouseConfig
 from teleop.devices.spacemouse import SpaceMouse
 from teleop.frames import FrameMapper
 from teleop.intervention import DeviceIntervention

@@ -7,8 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from teleop.config import KeyboardConfig, load_teleop_config
+from teleop.config import load_teleop_config
 from teleop.devices.base import TeleopDeviceError
+from teleop.devices.config import KeyboardConfig
 
 CONFIG = Path(__file__).parents[2] / "config" / "teleop" / "keyboard.yaml"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from teleop.config import AxisCalibration, SpaceMouseConfig
 from teleop.devices.base import TeleopDeviceError
+from teleop.devices.config import AxisCalibration, SpaceMouseConfig
 from teleop.devices.spacemouse import UDEV_RULE, SpaceMouse
 from tests.teleop.hid_replay import HidReplay, load_recordings
 

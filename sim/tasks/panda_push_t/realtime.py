@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import mujoco
 import numpy as np
 
-from sim.tasks.panda_push_t import constants as C
-from sim.tasks.panda_push_t import geometry as G
+from reflexlab.tasks.panda_push_t import constants as C
+from reflexlab.tasks.panda_push_t import geometry as G
 from sim.tasks.panda_push_t.env import PushTEnv
 
 IK_EVERY = C.DECIMATION // C.IK_WAYPOINTS

@@ -1,8 +1,12 @@
-"""The reflexlab quadruped (model, constants, tasks, randomisation)."""
+"""The reflexlab quadruped in MuJoCo: its MJCF scene and the `quadruped-walk` profiles."""
 
-from sim.registry import TaskEntry, register
-from sim.tasks.quadruped.randomize import RandomizationConfig
-from sim.tasks.quadruped.walk import TASK_NAME, CommandRanges, QuadrupedWalk, WalkConfig
+from pathlib import Path
+
+from reflexlab.tasks.quadruped.randomize import RandomizationConfig
+from reflexlab.tasks.quadruped.walk import TASK_NAME, CommandRanges, QuadrupedWalk, WalkConfig
+from sim.task_entry import TaskEntry
+
+SCENE_XML = Path(__file__).with_name("quadruped.xml")
 
 
 def _fast() -> WalkConfig:
@@ -15,4 +19,4 @@ def _full() -> WalkConfig:
     return WalkConfig()
 
 
-register(TaskEntry(TASK_NAME, QuadrupedWalk, {"fast": _fast, "full": _full}, default_profile="fast"))
+ENTRY = TaskEntry(TASK_NAME, QuadrupedWalk, {"fast": _fast, "full": _full}, "fast", SCENE_XML)

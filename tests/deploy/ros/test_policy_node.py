@@ -17,9 +17,9 @@ from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
-from deploy.robot import RobotConfig
-from deploy.ros.common import spin, state_qos, wait_until
 from deploy.ros.policy_node import PolicyNode
+from reflexlab.robot import RobotConfig
+from reflexlab.ros.common import spin, state_qos, wait_until
 
 ROBOT = RobotConfig.load("quadruped")
 NAMES = list(ROBOT.joint_names)

@@ -21,7 +21,14 @@ from tests.policies.generative.toy import TINY, ModeStats, mode_stats, toy_episo
 
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch's jvp
 TEACHER = TrainConfig(
-    max_steps=400, lr=3e-3, warmup_steps=50, checkpoint_every=10**9, log_every=50, progress=False, policy=TINY
+    max_steps=400,
+    lr=3e-3,
+    warmup_steps=50,
+    unexecuted_step_weight=1.0,
+    checkpoint_every=10**9,
+    log_every=50,
+    progress=False,
+    policy=TINY,
 )
 
 

@@ -14,7 +14,16 @@ from policies.generative.train import TrainConfig, distill_student, train_teache
 from reflexlab.spec import SpecMismatchError
 from tests.policies.generative.toy import TINY, toy_episodes, toy_spec
 
-QUICK = TrainConfig(method="flow", max_steps=5, batch_size=16, warmup_steps=2, progress=False, policy=TINY)
+QUICK = TrainConfig(
+    method="flow",
+    max_steps=5,
+    batch_size=16,
+    lr=1e-4,
+    warmup_steps=2,
+    unexecuted_step_weight=1.0,
+    progress=False,
+    policy=TINY,
+)
 pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # torch's jvp
 
 

@@ -14,9 +14,9 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CameraInfo, Image
 
-from deploy.ros.common import stamp_ns, wait_until
 from real.cameras import ros_node
 from real.cameras.ros_node import CameraNode
+from reflexlab.ros.common import stamp_ns, wait_until
 from tests.real.cameras.conftest import PACED
 
 

@@ -8,9 +8,10 @@ import time
 
 import numpy as np
 
-from deploy.ros.common import spin
 from real.franka.ros_node import FrankaNode
-from real.ros_arm import ArmTopics, RosArm
+from real.ros_arm import RosArm
+from reflexlab.ros.common import spin
+from reflexlab.ros.topics import ArmTopics
 from tests.real.franka.conftest import only_recovered_stall_reflexes
 
 

@@ -11,9 +11,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from deploy.ros.common import state_qos, wait_until
 from real.franka.constants import JOINT_NAMES
 from real.franka.ros_node import FrankaNode
+from reflexlab.ros.common import state_qos, wait_until
 from tests.real.franka.conftest import only_recovered_stall_reflexes
 
 

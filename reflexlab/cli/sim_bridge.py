@@ -1,0 +1,53 @@
+"""`reflexlab sim-bridge`: a task's MuJoCo robot behind the real robot's ROS 2 topics (sim-as-real)."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+
+def sim_bridge(
+    task: str = "quadruped-walk",
+    robot: str = "quadruped",
+    publish_rate: float = 0.0,
+    command_timeout_s: float | None = None,
+    watchdog_mode: Literal["hold", "damp"] = "hold",
+    clock: bool = False,
+    seed: int = 0,
+    seconds: float | None = None,
+) -> None:
+    """Run the task's MuJoCo robot as a ROS 2 node in real time: the robot's own topics, no hardware.
+
+    Legged tasks: joint states + IMU out, joint targets in. Arm tasks (panda-push-t): the arm topics
+    of `real.ros_arm.ArmTopics` (joint states, end-effector pose, tracked block pose out; end-effector
+    targets and scene resets in), exactly what `franka_node` speaks on the robot: sim-as-real.
+
+    Args:
+        task: registered task name.
+        robot: robot config (topics, command type) shared with the policy node (legged tasks).
+        publish_rate: state rate (Hz); 0 = every physics step (legged) or 100 Hz (arm).
+        command_timeout_s: the watchdog engages after this long without a command (default 0.1 s
+            legged, 0.5 s arm: a 10 Hz policy).
+        watchdog_mode: hold the measured pose, or damp only (legged tasks).
+        clock: publish /clock with simulated time (and stamp states with it; legged tasks).
+        seed: initial scene (arm tasks; later scenes come from /sim/reset).
+        seconds: stop after this long (default: run until Ctrl-C).
+    """
+    from sim.ros.arm_bridge import TASKS as ARM_TASKS
+
+    if task in ARM_TASKS:
+        from sim.ros.arm_bridge import run as run_arm
+
+        diag = run_arm(
+            task,
+            seed=seed,
+            publish_rate_hz=publish_rate or 100.0,
+            command_timeout_s=0.5 if command_timeout_s is None else command_timeout_s,
+            seconds=seconds,
+        )
+    else:
+        from sim.ros.sim_bridge import run
+
+        timeout = 0.1 if command_timeout_s is None else command_timeout_s
+        diag = run(task, robot, publish_rate, timeout, watchdog_mode, clock, seconds)
+    print(json.dumps(diag))

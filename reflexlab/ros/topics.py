@@ -1,0 +1,20 @@
+"""Topic sets: the names a robot's driver node and its users (env, recorder, sim bridges) must agree on."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ArmTopics:
+    """Topic names shared by the arm drivers (real and simulated) and the env."""
+
+    joint_states: str = "/joint_states"  # sensor_msgs/JointState
+    ee_pose: str = "/franka/ee_pose"  # geometry_msgs/PoseStamped, base frame
+    ee_target: str = "/franka/ee_command"  # geometry_msgs/PoseStamped, base frame
+    # Tracked objects (name -> geometry_msgs/PoseStamped topic): a motion-capture or camera tracker on the
+    # robot, the simulator's ground truth in sim-as-real.
+    objects: Mapping[str, str] = field(default_factory=lambda: {"block": "/tracker/block_pose"})
+    sim_reset: str = "/sim/reset"  # std_msgs/Int64 seed: the simulator's "person" resets the scene
+    sim_reset_done: str = "/sim/reset_done"  # std_msgs/Int64 echo of the seed once the scene is reset

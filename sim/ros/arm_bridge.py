@@ -1,0 +1,261 @@
+"""The MuJoCo arm bridge: a simulated Panda pushing a T block behind the same topics as the real arm.
+
+Sim-as-real for the arm tasks: the real-robot `Env` (`real.env`), `reflexlab record` and every
+real-world RL loop talk to this node exactly as they talk to `franka_node` on the robot
+(`real.ros_arm.ArmTopics`): joint states and the end-effector pose at ``publish_rate_hz``,
+tracked object poses at ``tracker_rate_hz`` (a camera tracker's rate), a rendered scene camera on
+the topic the robot's RealSense node uses, end-effector targets in.
+Physics runs at the task's rate locked to the wall clock (`sim.tasks.panda_push_t.realtime`),
+so a policy that is late, or a person that is slow, is late in the scene too. A watchdog holds
+the arm where it is when targets stop for ``command_timeout_s``. ``/sim/reset`` (a seed) is the
+simulator's stand-in for the person who resets the scene between episodes on a real robot.
+
+Run it as ``reflexlab sim-bridge --task panda-push-t`` or ``ros2 run reflexlab arm_bridge``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from typing import Any
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Int64
+
+import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from reflexlab.ros.common import node_main, run_node, state_qos
+from reflexlab.ros.topics import ArmTopics
+from sim.tasks.panda_push_t.realtime import RealtimePushT
+
+TASKS = ("panda-push-t",)
+PARAMETERS: dict[str, object] = {
+    "task": "panda-push-t",
+    "seed": 0,
+    "publish_rate_hz": 100.0,  # joint states and end-effector pose
+    "tracker_rate_hz": 30.0,  # object poses, as a camera-based tracker would deliver them
+    "command_timeout_s": 0.5,  # no target for this long: hold where the arm is
+    "camera_rate_hz": 10.0,  # the scene camera (MJCF camera "side"), rendered offscreen; 0 = off
+    "camera_width": 160,
+    "camera_height": 120,
+    "diagnostics_period_s": 1.0,
+}
+CAMERA = "side"
+CAMERA_TOPIC = "/camera/color/image_raw"  # where camera_node (RealSense) publishes on the robot
+MAX_CATCH_UP = 10  # physics steps per tick before simulated time is allowed to slip
+
+
+class ArmBridge(Node):
+    """Steps a `RealtimePushT` scene in real time and speaks `ArmTopics`."""
+
+    def __init__(self, node_name: str = "arm_bridge", topics: ArmTopics | None = None, **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        for name, default in PARAMETERS.items():
+            self.declare_parameter(name, default)
+        p = {name: self.get_parameter(name).value for name in PARAMETERS}
+        if p["task"] not in TASKS:
+            raise ValueError(f"arm bridge task must be one of {TASKS}, got {p['task']!r}")
+        self.topics = t = topics or ArmTopics()
+        self.sim = RealtimePushT(int(p["seed"]))
+        self.timeout = float(p["command_timeout_s"])
+        self.publish_every = max(1, round(1.0 / (self.sim.dt * float(p["publish_rate_hz"]))))
+        self.tracker_every = max(1, round(1.0 / (self.sim.dt * float(p["tracker_rate_hz"]))))
+        qos = state_qos(best_effort=False)
+        self._js_pub = self.create_publisher(JointState, t.joint_states, qos)
+        self._ee_pub = self.create_publisher(PoseStamped, t.ee_pose, qos)
+        self._block_pub = self.create_publisher(PoseStamped, t.objects["block"], qos)
+        self._reset_done_pub = self.create_publisher(Int64, t.sim_reset_done, 10)
+        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
+        self.create_subscription(PoseStamped, t.ee_target, self._on_target, qos)
+        self.create_subscription(Int64, t.sim_reset, self._on_reset, 10)
+        self._js = JointState(name=list(self.sim.joint_names))
+        self._ee, self._block = PoseStamped(), PoseStamped()
+        self._ee.header.frame_id = self._block.header.frame_id = "base"
+        self.targets = self.rejected = self.holds = self.resets = 0
+        self._start_clock()
+        self._camera: SceneCamera | None = None
+        if float(p["camera_rate_hz"]) > 0:
+            pub = self.create_publisher(Image, CAMERA_TOPIC, qos)
+            self._camera = SceneCamera(
+                self, pub, float(p["camera_rate_hz"]), int(p["camera_width"]), int(p["camera_height"])
+            )
+        self.create_timer(self.sim.dt, self._tick)
+        self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
+        self.get_logger().info(
+            f"{p['task']}: physics {1 / self.sim.dt:g} Hz, arm state every {self.publish_every} step(s) on "
+            f"{t.joint_states} + {t.ee_pose}, tracker on {t.objects['block']}, targets on {t.ee_target}"
+        )
+
+    def _start_clock(self) -> None:
+        self.steps = 0
+        self.last_target_t: float | None = None
+        self.holding = False
+        self._t_start = time.monotonic()
+
+    def _on_target(self, msg: PoseStamped) -> None:
+        xyz = np.array([msg.pose.position.x, msg.pose.position.y, msg.pose.position.z])
+        try:
+            self.sim.set_tip_target(xyz)
+        except ValueError as e:
+            self.rejected += 1
+            self.get_logger().warning(f"rejected target: {e}", throttle_duration_sec=1.0)
+            return
+        self.targets += 1
+        self.last_target_t = time.monotonic()
+        self.holding = False
+
+    def _on_reset(self, msg: Int64) -> None:
+        self.sim.reset(int(msg.data))
+        self.resets += 1
+        self._start_clock()
+        self._publish_state(tracker=True)
+        self._reset_done_pub.publish(msg)
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        if not self.holding and self.last_target_t is not None and now - self.last_target_t > self.timeout:
+            self.sim.hold()
+            self.holding = True
+            self.holds += 1
+            self.get_logger().warning(f"no target for {self.timeout:g} s: holding")
+        due = math.floor((now - self._t_start) / self.sim.dt) - self.steps
+        for _ in range(max(0, min(due, MAX_CATCH_UP))):
+            self.sim.step()
+            self.steps += 1
+            tracker = self.steps % self.tracker_every == 0
+            if tracker or self.steps % self.publish_every == 0:
+                self._publish_state(tracker)
+        if due > MAX_CATCH_UP:
+            self._t_start += (due - MAX_CATCH_UP) * self.sim.dt
+
+    def _publish_state(self, tracker: bool) -> None:
+        s = self.sim.state()
+        stamp = self.get_clock().now().to_msg()
+        js, ee = self._js, self._ee
+        js.header.stamp = ee.header.stamp = stamp
+        js.position, js.velocity, js.effort = s.joint_pos.tolist(), s.joint_vel.tolist(), s.joint_effort.tolist()
+        _set_pose(ee, s.tip_pos, s.tip_quat)
+        self._js_pub.publish(js)
+        self._ee_pub.publish(ee)
+        if tracker:
+            x, y, yaw = s.block_pose.tolist()
+            self._block.header.stamp = stamp
+            _set_pose(self._block, np.array([x, y, 0.015]), np.array([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]))
+            self._block_pub.publish(self._block)
+
+    def diagnostics(self) -> dict[str, float | int | str]:
+        wall = time.monotonic() - self._t_start
+        return {
+            "sim_time_s": self.sim.time,
+            "real_time_factor": self.sim.time / wall if wall > 0 else 0.0,
+            "targets": self.targets,
+            "rejected_targets": self.rejected,
+            "clipped_targets": self.sim.clipped_targets,
+            "holds": self.holds,
+            "resets": self.resets,
+            "coverage": self.sim.coverage(),
+            "camera_frames": self._camera.frames if self._camera is not None else 0,
+        }
+
+    def destroy_node(self) -> None:
+        if self._camera is not None:
+            self._camera.close()
+        super().destroy_node()
+
+    def _publish_diagnostics(self) -> None:
+        d = self.diagnostics()
+        status = DiagnosticStatus(
+            level=DiagnosticStatus.WARN if self.holding else DiagnosticStatus.OK,
+            name=f"{self.get_name()}: sim arm",
+            hardware_id="franka-panda (sim)",
+            message="holding: no targets" if self.holding else "running",
+            values=[KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()],
+        )
+        msg = DiagnosticArray(status=[status])
+        msg.header.stamp = self.get_clock().now().to_msg()
+        self._diag_pub.publish(msg)
+
+
+class SceneCamera:
+    """Renders the scene (MJCF camera ``side``) in its own thread and publishes it as a camera driver would.
+
+    Software EGL takes ~36 ms per 160×120 frame here: in the executor's thread that stalled physics past its
+    catch-up budget (simulated time slipped ~18 %). MuJoCo releases the GIL while rendering, so a thread on a
+    snapshot of the joint positions costs the 500 Hz physics ~6 ms at most. Frames are only rendered while
+    somebody subscribes.
+    """
+
+    def __init__(self, bridge: ArmBridge, pub: Any, rate_hz: float, width: int, height: int) -> None:
+        self.bridge, self.pub, self.period = bridge, pub, 1.0 / rate_hz
+        self.msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=3 * width)
+        self.msg.header.frame_id = "camera_color_optical_frame"
+        self.frames = 0
+        self._size = (height, width)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scene-camera", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import mujoco
+
+        model = self.bridge.sim.model
+        renderer = mujoco.Renderer(model, *self._size)  # the GL context belongs to this thread
+        data = mujoco.MjData(model)
+        next_t = time.monotonic()
+        try:
+            while not self._stop.is_set():
+                next_t += self.period
+                if self.pub.get_subscription_count() > 0:
+                    data.qpos[:] = self.bridge.sim.data.qpos  # a snapshot: physics goes on meanwhile
+                    stamp = self.bridge.get_clock().now().to_msg()  # capture time, as camera drivers stamp
+                    mujoco.mj_kinematics(model, data)
+                    renderer.update_scene(data, camera=CAMERA)
+                    self.msg.data = renderer.render().tobytes()
+                    self.msg.header.stamp = stamp
+                    self.pub.publish(self.msg)
+                    self.frames += 1
+                self._stop.wait(max(0.0, next_t - time.monotonic()))
+        finally:
+            renderer.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+def _set_pose(msg: PoseStamped, position: np.ndarray, quat_wxyz: np.ndarray) -> None:
+    p, q = msg.pose.position, msg.pose.orientation
+    p.x, p.y, p.z = (float(v) for v in position)
+    q.w, q.x, q.y, q.z = (float(v) for v in quat_wxyz)
+
+
+def run(
+    task: str = "panda-push-t",
+    seed: int = 0,
+    publish_rate_hz: float = 100.0,
+    tracker_rate_hz: float = 30.0,
+    command_timeout_s: float = 0.5,
+    seconds: float | None = None,
+) -> dict:
+    """Run until Ctrl-C (or ``seconds``); returns the final diagnostics. `reflexlab sim-bridge` calls this."""
+    parameters = {
+        "task": task,
+        "seed": int(seed),
+        "publish_rate_hz": float(publish_rate_hz),
+        "tracker_rate_hz": float(tracker_rate_hz),
+        "command_timeout_s": float(command_timeout_s),
+    }
+    return run_node(ArmBridge, parameters, seconds)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``ros2 run reflexlab arm_bridge --ros-args -p task:=panda-push-t``"""
+    node_main(ArmBridge, argv, print_diagnostics=True)
+
+
+if __name__ == "__main__":
+    main()

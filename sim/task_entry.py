@@ -1,0 +1,43 @@
+"""What the simulator knows about a task: its batched scene env, its scene file, its profiles, its expert.
+
+Each task package under `sim.tasks` builds one `TaskEntry` from its sim-free definition in
+`reflexlab.tasks`; `sim.registry` lists them. Kept apart from the registry so that task packages
+never import the registry that imports them (no cycle, not even a lazy one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from reflexlab.spec import Spec
+
+
+@dataclass(frozen=True)
+class TaskEntry:
+    """A registered task.
+
+    ``kind`` says which jobs apply: ``"vec"`` tasks are batched torch tasks for rsl-rl PPO
+    (`sim.backends`); ``"demo"`` tasks are learned from demonstrations: ``task_class`` is their
+    batched scene env and ``expert`` builds a scripted expert for one scene from an rng.
+    ``scene_xml`` is the MJCF the backends load.
+    """
+
+    name: str
+    task_class: type
+    profiles: dict[str, Callable[[], Any]]  # profile name -> config factory
+    default_profile: str
+    scene_xml: Path
+    kind: str = "vec"
+    expert: Callable[..., Any] | None = None
+
+    def config(self, profile: str | None = None) -> Any:
+        profile = profile or self.default_profile
+        if profile not in self.profiles:
+            raise ValueError(f"task {self.name!r} has no profile {profile!r}; profiles: {', '.join(self.profiles)}")
+        return self.profiles[profile]()
+
+    def spec(self) -> Spec:
+        return self.task_class.spec_factory(self.config())
