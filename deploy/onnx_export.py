@@ -267,13 +267,14 @@ def export_generative_checkpoint(
     recorded inputs are windows of that dataset instead (observations and, for a policy with cameras,
     its camera frames), for policies whose task cannot be simulated here.
     """
-    from policies.generative.policy import DEFAULT_STEPS, ONE_STEP_METHODS, MultiStepSampler, OneStepGenerator
+    from policies.generative.methods import METHODS
+    from policies.generative.policy import MultiStepSampler, OneStepGenerator
     from policies.generative.sampler import TorchSampler
     from policies.imitation import load_generative
 
     policy, spec, extra, path = load_generative(run_or_ckpt)
-    steps = steps or DEFAULT_STEPS[policy.method]
-    one_step = policy.method in ONE_STEP_METHODS and steps == 1
+    steps = steps or METHODS[policy.method].default_steps
+    one_step = METHODS[policy.method].one_step and steps == 1
     module = OneStepGenerator(policy) if one_step else MultiStepSampler(policy, steps)
     sha = file_sha256(path)
     meta = {

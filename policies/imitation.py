@@ -20,6 +20,7 @@ from policies.checkpoint import resolve_checkpoint
 from policies.chunk_eval import evaluate_chunks
 from policies.generative.dagger import DaggerConfig
 from policies.generative.data import ChunkWindows
+from policies.generative.methods import METHODS
 from policies.generative.policy import CHECKPOINT_FORMAT, GenerativePolicy, PolicyOptions
 from policies.generative.sampler import TorchSampler, flush_denormals
 from policies.generative.train import TrainConfig, distill_student, train_teacher
@@ -299,9 +300,7 @@ def evaluate_generative_run(
     policy, spec, extra, ckpt = load_generative(run_or_ckpt)
     if execution_horizon is not None:
         spec = dataclasses.replace(spec, execution_horizon=execution_horizon)  # the Spec checks it fits
-    steps = (
-        sampling_steps if sampling_steps is not None else (1 if policy.method in ("consistency", "meanflow") else 10)
-    )
+    steps = sampling_steps if sampling_steps is not None else METHODS[policy.method].default_steps
     res = evaluate_chunks(
         TorchSampler(policy, steps),
         spec,

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from policies.chunk_eval import evaluate_chunks
+from policies.generative.methods import METHODS
 from policies.generative.policy import GenerativePolicy
 from policies.generative.sampler import TorchSampler
 from policies.generative.teacher_samples import TeacherSamples
@@ -35,16 +36,6 @@ from reflexlab.io import replace_atomically
 from reflexlab.spec import Spec
 
 LABELS_FILE = "dagger_samples.pt"
-# Rounds a state-only student gets by default, per method. panda-push-t, success over 400 episodes at Ta 2
-# (teacher@100: 0.8975 on seeds 10000-10399):
-# * consistency, one training seed, after 0 / 1 / 2 rounds: 0.8575 / 0.85 / 0.87. Neutral, kept at one.
-# * MeanFlow: a round (its cosine schedule restarts at lr 1e-3) can wreck the student. Three training seeds,
-#   before / after one round of 5,000 steps: 0.8025 / 0.8675, 0.7225 / 0.035, 0.845 / 0.5975; on seed 0 a
-#   round of 10,000 steps gave 0.885 and a second one 0.7675. The training is what is unstable: seed 1's
-#   round, rerun from the same checkpoint on bit-identical labels with another random stream, scored 0.84
-#   (rounds are now seeded on their own, so such a rerun is bit-identical: `train.distill_student`).
-#   So none unless asked for.
-DEFAULT_DAGGER_ROUNDS = {"consistency": 1, "meanflow": 0}
 
 
 @dataclass(frozen=True)
@@ -52,7 +43,7 @@ class DaggerConfig:
     """``rounds`` of: ``episodes`` student rollouts, teacher labels at the visited states, ``steps`` more
     optimiser steps on all samples so far."""
 
-    rounds: int | None = 0  # None: DEFAULT_DAGGER_ROUNDS[method] for a state-only student, 0 for one with cameras
+    rounds: int | None = 0  # None: the method's `default_dagger_rounds` for a state-only student, 0 with cameras
     episodes: int = 100
     steps: int = 10_000
     draws_per_state: int = 2
@@ -69,7 +60,7 @@ class DaggerConfig:
         frames are not kept)."""
         if self.rounds is not None:
             return self
-        return dataclasses.replace(self, rounds=0 if cameras else DEFAULT_DAGGER_ROUNDS[method])
+        return dataclasses.replace(self, rounds=0 if cameras else METHODS[method].default_dagger_rounds)
 
     def round_seeds(self, r: int) -> list[int]:
         """Round ``r``'s (from 0) episode seeds: new scenes every round."""

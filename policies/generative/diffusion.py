@@ -80,6 +80,9 @@ class Diffusion:
             x = math.sqrt(ab_prev) * x0 + math.sqrt(1 - ab_prev) * eps
         return x
 
+    # Every objective's deterministic sampler is `sample` (`methods.Objective`); diffusion's is DDIM.
+    sample = ddim_sample
+
     def ddpm_sample(self, eps_fn: EpsFn, noise: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """Ancestral DDPM over all training steps ("fixed_small" variance); per-step noise from ``generator``."""
         x = noise

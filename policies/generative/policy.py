@@ -29,17 +29,13 @@ from torch import nn
 from policies.checkpoint import CheckpointError
 from policies.generative.diffusion import Diffusion
 from policies.generative.dispersive import dispersive_loss
-from policies.generative.flow import FlowMatching
-from policies.generative.meanflow import MeanFlow, MeanFlowVariant
+from policies.generative.meanflow import MeanFlowVariant
+from policies.generative.methods import METHODS, ONE_STEP_METHODS, STUDENTS, TEACHERS, Method
 from policies.generative.normalizer import MinMaxNormalizer
 from policies.generative.unet import ConditionalUnet1D, ObsEncoder
 from policies.generative.vision import ImageEncoder
 from reflexlab.io import replace_atomically
 
-Method = Literal["diffusion", "flow", "consistency", "meanflow"]
-METHODS: tuple[str, ...] = ("diffusion", "flow", "consistency", "meanflow")
-ONE_STEP_METHODS: tuple[str, ...] = ("consistency", "meanflow")
-DEFAULT_STEPS = {"diffusion": 10, "flow": 10, "consistency": 1, "meanflow": 1}
 CHECKPOINT_FORMAT = "reflexlab.generative/1"
 
 
@@ -172,24 +168,16 @@ class GenerativePolicy(nn.Module):
             o.kernel_size,
             o.n_groups,
             o.time_embed_dim,
-            two_times=cfg.method == "meanflow",
+            two_times=METHODS[cfg.method].two_times,
         )
         if cfg.horizon % self.denoiser.horizon_multiple:
             raise ValueError(
                 f"action chunk {cfg.horizon} is not a multiple of {self.denoiser.horizon_multiple}, which "
                 f"{len(o.down_dims)} U-Net levels (down_dims {o.down_dims}) need; use fewer levels or a longer chunk"
             )
-        self.diffusion = Diffusion(o.diffusion_train_steps)
-        self.flow = FlowMatching(*o.flow_beta)
-        self.meanflow = MeanFlow(
-            o.meanflow_variant,
-            o.meanflow_r_equals_t,
-            o.meanflow_logit_mean,
-            o.meanflow_logit_std,
-            o.meanflow_weight_power,
-            jump_fraction=o.meanflow_jump_fraction,
-            endpoint_weight=o.meanflow_endpoint_weight,
-        )
+        self.info = METHODS[cfg.method]
+        # None for a generator that is one network call (consistency): see `methods.MethodInfo`.
+        self.objective = self.info.objective(o) if self.info.objective is not None else None
 
     @property
     def method(self) -> str:
@@ -222,7 +210,7 @@ class GenerativePolicy(nn.Module):
 
     def _net_fn(self, cond: torch.Tensor) -> Callable[..., torch.Tensor]:
         """The U-Net with ``cond`` bound, in the signature the method's loss and sampler call."""
-        if self.method == "meanflow":
+        if self.info.two_times:
             return lambda z, t, r: self.denoiser(z, t, cond, t - r)
         return lambda x, t: self.denoiser(x, t, cond)
 
@@ -240,17 +228,16 @@ class GenerativePolicy(nn.Module):
         (a coupled pair, see `teacher_samples`) instead of independent draws. ``images``: see `condition`.
         ``step_weights`` (H,), MeanFlow only: see `consistency.chunk_step_weights`.
         """
-        if self.method == "consistency":
-            raise ValueError("a consistency student learns from a teacher: use consistency.distillation_loss")
+        if self.objective is None:
+            raise ValueError(f"a {self.method} student learns from a teacher: use consistency.distillation_loss")
         cond = self.condition(obs, images)
         x0 = self.action_norm.normalize(actions)
-        if self.method == "meanflow":
-            loss = self.meanflow.loss(self._net_fn(cond), x0, noise, step_weights).mean()
+        if self.info.coupled_loss:
+            loss = self.objective.loss(self._net_fn(cond), x0, noise, step_weights).mean()
         elif noise is not None or step_weights is not None:
             raise ValueError(f"coupled noise and step weights are for MeanFlow students, not a {self.method} policy")
         else:
-            method = {"diffusion": self.diffusion, "flow": self.flow}[self.method]
-            loss = method.loss(self._net_fn(cond), x0).mean()
+            loss = self.objective.loss(self._net_fn(cond), x0).mean()
         logs = {f"{self.method}_loss": loss.item()}
         w = self.cfg.options.dispersive_weight
         if w > 0:
@@ -275,19 +262,16 @@ class GenerativePolicy(nn.Module):
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
         """A normalised chunk in [-1, 1] from ``noise`` (B, H, A); ``steps`` defaults per method."""
-        steps = DEFAULT_STEPS[self.method] if steps is None else steps
+        steps = self.info.default_steps if steps is None else steps
         if sampler == "ddpm":
-            if self.method != "diffusion" or steps != self.diffusion.num_train_steps:
-                raise ValueError(f"DDPM samples diffusion policies in {self.diffusion.num_train_steps} steps only")
-            return self.diffusion.ddpm_sample(self._net_fn(cond), noise, generator)
-        if self.method == "diffusion":
-            return self.diffusion.ddim_sample(self._net_fn(cond), noise, steps)
-        if self.method == "flow":
-            return self.flow.sample(self._net_fn(cond), noise, steps)
-        if self.method == "meanflow":
-            return self.meanflow.sample(self._net_fn(cond), noise, steps)
+            train_steps = self.cfg.options.diffusion_train_steps
+            if not isinstance(self.objective, Diffusion) or steps != train_steps:
+                raise ValueError(f"DDPM samples diffusion policies in {train_steps} steps only")
+            return self.objective.ddpm_sample(self._net_fn(cond), noise, generator)
+        if self.objective is not None:
+            return self.objective.sample(self._net_fn(cond), noise, steps)
         if steps != 1:
-            raise ValueError(f"a consistency student samples in one step, not {steps}")
+            raise ValueError(f"a {self.method} student samples in one step, not {steps}")
         return self.one_step_unclipped(noise, cond).clamp(-1.0, 1.0)
 
     def sample(
@@ -349,20 +333,18 @@ def make_student(teacher: GenerativePolicy, method: Method, options: PolicyOptio
     features only: at (r, t) = (0, 1) it starts where the consistency student starts
     (z − ε̂(z, 1)), and distillation on the teacher's pairs re-targets it.
     """
-    if teacher.method not in ("diffusion", "flow"):
-        raise ValueError(f"a student needs a diffusion or flow teacher, not a {teacher.method} policy")
-    if method == "consistency":
-        student = GenerativePolicy(dataclasses.replace(teacher.cfg, method="consistency"))
-        student.load_state_dict(teacher.state_dict())
-        return student
-    if method != "meanflow":
-        raise ValueError(f"students are consistency or meanflow, not {method!r}")
+    if teacher.method not in TEACHERS:
+        raise ValueError(f"a student needs a {' or '.join(TEACHERS)} teacher, not a {teacher.method} policy")
+    if method not in STUDENTS:
+        raise ValueError(f"students are {' or '.join(STUDENTS)}, not {method!r}")
+    # The method's own options come from the user (`MethodInfo.student_options`), the rest from the teacher.
     chosen = dataclasses.asdict(options or PolicyOptions())
-    method_fields = {k: v for k, v in chosen.items() if k.startswith(("meanflow_", "dispersive_"))}
+    method_fields = {k: v for k, v in chosen.items() if k.startswith(METHODS[method].student_options)}
     options = dataclasses.replace(teacher.cfg.options, **method_fields)
-    student = GenerativePolicy(dataclasses.replace(teacher.cfg, method="meanflow", options=options))
+    student = GenerativePolicy(dataclasses.replace(teacher.cfg, method=method, options=options))
     for name in ("obs_norm", "action_norm", "encoder", *(("image_encoders",) if teacher.image_keys else ())):
         getattr(student, name).load_state_dict(getattr(teacher, name).state_dict())
+    # A two-times student's U-Net has one more embedding (t − r), which starts at zero; all else is copied.
     missing, unexpected = student.denoiser.load_state_dict(teacher.denoiser.state_dict(), strict=False)
     if unexpected or any(not k.startswith("h_embed.") for k in missing):
         raise RuntimeError(f"the teacher's U-Net does not fit the student's: {missing=} {unexpected=}")

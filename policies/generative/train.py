@@ -31,8 +31,9 @@ from policies.generative.consistency import TEACHER_STEPS, chunk_step_weights, d
 from policies.generative.dagger import DaggerConfig, Labels, visited_states
 from policies.generative.data import ChunkWindows
 from policies.generative.ema import EMA
+from policies.generative.methods import FROM_DATA, METHODS, STUDENTS, Method
 from policies.generative.normalizer import MinMaxNormalizer
-from policies.generative.policy import GenerativePolicy, Method, PolicyConfig, PolicyOptions, make_student
+from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions, make_student
 from policies.generative.teacher_samples import TeacherSamples
 from reflexlab.spec import Spec
 
@@ -48,10 +49,6 @@ class Batches(Protocol):
     def __len__(self) -> int: ...
 
     def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
-
-
-FROM_DATA = ("diffusion", "flow", "meanflow")
-STUDENTS = ("consistency", "meanflow")
 
 
 @dataclass(frozen=True)
@@ -171,7 +168,7 @@ def distill_student(
         weights = chunk_step_weights(
             spec.action_chunk, spec.observation_horizon, spec.execution_horizon, cfg.unexecuted_step_weight
         ).to(cfg.device)
-    if cfg.method == "consistency":
+    if METHODS[cfg.method].objective is None:  # a one-call generator: consistency distillation
         ema = EMA(student, fixed_decay=cfg.student_ema_decay)
 
         def loss_fn(

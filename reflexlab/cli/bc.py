@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+from policies.generative.methods import FROM_DATA
 from policies.generative.policy import PolicyOptions
 from policies.generative.train import TrainConfig
 from reflexlab.cli.common import require
@@ -17,7 +18,7 @@ from reflexlab.cli.common import require
 
 def bc(
     dataset: Path = Path("runs/panda-push-t/demos"),
-    policy: Literal["diffusion", "flow", "meanflow"] = "diffusion",
+    policy: Literal[FROM_DATA] = "diffusion",  # type: ignore[valid-type]
     run_dir: Path = Path("runs/panda-push-t/diffusion"),
     steps: int = 20_000,
     time_budget_s: float | None = None,

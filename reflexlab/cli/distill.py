@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from policies.generative.dagger import DaggerConfig
+from policies.generative.methods import STUDENTS
 from policies.generative.policy import PolicyOptions
 from policies.generative.train import TrainConfig
 from reflexlab.cli.common import require
@@ -21,7 +22,7 @@ from reflexlab.cli.common import require
 
 def distill(
     teacher: Path = Path("runs/panda-push-t/diffusion"),
-    method: Literal["consistency", "meanflow"] = "consistency",
+    method: Literal[STUDENTS] = "consistency",  # type: ignore[valid-type]
     dataset: Path = Path("runs/panda-push-t/demos"),
     run_dir: Path = Path("runs/panda-push-t/consistency"),
     steps: int = 40_000,

@@ -41,6 +41,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 import tyro
 
+from policies.generative.methods import STUDENTS, TEACHERS
 from reflexlab.bench import machine, print_table, write_json
 from reflexlab.cli.bench.common import BenchOptions
 from reflexlab.cli.bench.distill_report import bars, flatten_metrics, plot_scores, print_tables
@@ -118,9 +119,9 @@ class DistillBench(BenchOptions):
     """a demonstration task."""
     work_dir: Path = Path("runs/panda-push-t")
     """demos and runs; whatever is missing (demos, teacher, students) is made first."""
-    teacher: Literal["diffusion", "flow"] = "diffusion"
+    teacher: Literal[TEACHERS] = "diffusion"  # type: ignore[valid-type]
     """teacher method."""
-    students: tuple[Literal["consistency", "meanflow"], ...] = ("consistency", "meanflow")
+    students: tuple[Literal[STUDENTS], ...] = STUDENTS  # type: ignore[valid-type]
     """one-step students."""
     train_seeds: tuple[int, ...] = (0,)
     """training seeds; scores are mean ± std over them."""
@@ -174,7 +175,7 @@ def bench_distill(
     task: str,
     work_dir: Path,
     teacher: str = "diffusion",
-    students: tuple[str, ...] = ("consistency", "meanflow"),
+    students: tuple[str, ...] = STUDENTS,
     train_seeds: tuple[int, ...] = (0,),
     teacher_sampling: tuple[int, ...] = (100, 10, 1),
     budget: DistillBudget | None = None,
