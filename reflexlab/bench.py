@@ -22,6 +22,24 @@ def machine() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "cpu": model, "python": platform.python_version()}
 
 
+def cpu_times() -> tuple[float, ...]:
+    """The machine's CPU time counters (user, nice, system, idle, iowait, irq, softirq, steal); zeros without /proc."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
+    except OSError:
+        return (0.0,) * 8
+    return tuple(float(x) for x in fields)
+
+
+def cpu_steal_percent(before: tuple[float, ...], after: tuple[float, ...]) -> float:
+    """Share of CPU time between two `cpu_times` readings that the hypervisor gave to other guests.
+
+    These VMs lose up to ~40 % at times; a latency or rate read without it cannot be judged.
+    """
+    spent = [b - a for a, b in zip(before, after, strict=True)]
+    return 100.0 * spent[7] / sum(spent) if sum(spent) > 0 else 0.0
+
+
 def print_table(title: str, rows: list[tuple[str, ...]], header: tuple[str, ...]) -> None:
     widths = [max(len(str(r[i])) for r in (header, *rows)) for i in range(len(header))]
     line = "  ".join("-" * w for w in widths)

@@ -21,7 +21,7 @@ import numpy as np
 from real.franka.config import DEFAULT_PATH, FrankaConfig
 from real.franka.driver import FrankaDriver
 from real.franka.sim_server import franka_sim
-from reflexlab.bench import machine, write_json
+from reflexlab.bench import cpu_steal_percent, cpu_times, machine, write_json
 
 # Figure-eight (a 1:2 Lissajous curve in the y-z plane) around a point well inside the default box.
 CENTER = np.array([0.5, 0.0, 0.5])
@@ -43,7 +43,7 @@ def bench_franka(
     """Run the stream for ``duration_s`` and return flat metrics (units in the names)."""
     config = replace(FrankaConfig.load(config_path), mode="cartesian_impedance")
     errors_mm: list[float] = []
-    cpu_before = _cpu_times()
+    cpu_before = cpu_times()
     with franka_sim() as sim:
         config = replace(config, host=sim.host)
         with sim.client():
@@ -65,7 +65,7 @@ def bench_franka(
             driver.stop()
             sim_rates = _publish_rates(sim.log_path.read_text(errors="replace"))
     stats = driver.stats()
-    cpu = _cpu_times() - cpu_before
+    cpu_after = cpu_times()
     errors = np.asarray(errors_mm) if errors_mm else np.zeros(1)
     metrics = {k: v for k, v in stats.items() if k not in ("last_error", "reflex_kinds", "targets", "cycles")}
     metrics.update(
@@ -80,7 +80,7 @@ def bench_franka(
         reflex_kinds=stats["reflex_kinds"],
         last_error=stats["last_error"],
         # time the hypervisor gave our vCPUs to other guests: franka-sim and the loop both lose it
-        cpu_steal_percent=100.0 * float(cpu[7] / cpu.sum()) if cpu.sum() > 0 else 0.0,
+        cpu_steal_percent=cpu_steal_percent(cpu_before, cpu_after),
         machine=machine(),
         config={"mode": config.mode, "interpolation_time_s": config.impedance.interpolation_time_s},
     )
@@ -133,15 +133,6 @@ def _publish_rates(log: str) -> list[float]:
     """franka-sim's per-second state publish rates (its own stats lines), without the partial first and last."""
     rates = [float(x) for x in re.findall(r"State Update Stats - Freq: ([0-9.]+)Hz", log)]
     return rates[1:-1] if len(rates) > 2 else rates
-
-
-def _cpu_times() -> np.ndarray:
-    """The machine's CPU time counters (user … steal), zeros where /proc/stat is unavailable."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
-    except OSError:
-        return np.zeros(8)
-    return np.array([float(x) for x in fields])
 
 
 def _us(metrics: dict, *which: str) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from reflexlab.bench import machine, print_table, write_json
+from reflexlab.bench import cpu_steal_percent, cpu_times, machine, print_table, write_json
 from reflexlab.cli.bench.common import BenchOptions
 from reflexlab.cli.common import require
 
@@ -94,6 +94,7 @@ def bench_serve(
     metrics: dict[str, Any] = {}
     latencies: dict[int, np.ndarray] = {}
     rows = []
+    cpu_before = cpu_times()
     for rate in rates:
         duration = seconds or (3.0 if quick else DEFAULT_SECONDS.get(rate, 20.0))
         node_cmd = [
@@ -124,12 +125,23 @@ def bench_serve(
                 f"{res['deadline_miss_fraction']:.2%} ({res['deadline_misses']}); "
                 f"echo {echo['deadline_miss_fraction']:.2%}",
                 f"{res['node_cpu_percent']:.0f}%",
+                f"{res['node_peak_rss_mb']:.0f} MB",
                 f"{res['seconds']:.0f} s",
             )
         )
+    # The user's own serving command, `reflexlab serve`, loaded at the first rate: its memory is the bar
+    # (a robot computer runs it beside everything else; before the layers issue it carried libtorch).
+    cli_cmd = [
+        sys.executable, "-m", "reflexlab.cli", "serve", "--model", str(Path(model).resolve()),
+        "--robot", str(robot_file), "--rate", str(float(rates[0])),
+        "--policy-rate", str(float(rates[0]) if inference_every_state else 0.0),
+    ]  # fmt: skip
+    cli = _measure(cli_cmd, cfg, rates[0], 3.0, env, out_dir / "serve_cli.log")
+    metrics.update({f"serve_cli_{k}": cli[k] for k in ("node_rss_mb", "node_peak_rss_mb", "achieved_hz")})
     plot = _plot(latencies, out_dir / "serve_latency.png")
     metrics.update(
         {
+            "cpu_steal_percent": cpu_steal_percent(cpu_before, cpu_times()),
             "machine": machine(),
             "config": {
                 "model": str(model),
@@ -150,9 +162,15 @@ def bench_serve(
                 "bare echo (floor) µs",
                 "deadline misses",
                 "node CPU",
+                "node peak RSS",
                 "measured",
             ),
         )
+        print(
+            f"`reflexlab serve` at {rates[0]} Hz: peak RSS {cli['node_peak_rss_mb']:.0f} MB "
+            f"(now {cli['node_rss_mb']:.0f} MB), {cli['achieved_hz']:.1f} Hz"
+        )
+        print(f"CPU steal (hypervisor) over the run: {metrics['cpu_steal_percent']:.1f} %")
         print(f"latency histogram: {plot}")
     write_json(metrics, out_dir, "serve")
     return metrics
@@ -237,6 +255,7 @@ def _load(
         cpu0, wall0 = node_proc.cpu_times(), time.monotonic()
         spin([node], until=lambda: time.monotonic() - wall0 >= duration)
         cpu1, wall1 = node_proc.cpu_times(), time.monotonic()
+        rss_mb, peak_rss_mb = _rss_mb(node_proc.pid)
         node.destroy_timer(timer)
         last = len(sent)
         t_end = time.monotonic()
@@ -265,8 +284,16 @@ def _load(
         "deadline_misses": missed,
         "deadline_miss_fraction": missed / max(len(window), 1),
         "node_cpu_percent": 100.0 * cpu,
+        "node_rss_mb": rss_mb,
+        "node_peak_rss_mb": peak_rss_mb,
         "latencies_us": lat,
     }
+
+
+def _rss_mb(pid: int) -> tuple[float, float]:
+    """(resident, peak resident) memory of process ``pid`` in MiB, as the kernel counts them (VmRSS, VmHWM)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return int(fields["VmRSS"].split()[0]) / 1024, int(fields["VmHWM"].split()[0]) / 1024
 
 
 def _plot(latencies: dict[int, np.ndarray], path: Path) -> Path:
