@@ -13,7 +13,9 @@ from __future__ import annotations
 from functools import cache
 
 from reflexlab.errors import UserFacingError
-from sim.task_entry import TaskEntry
+from sim.task_entry import TaskEntry, TaskKindError
+
+__all__ = ["TaskEntry", "TaskKindError", "UnknownTaskError", "get_task", "require_kind", "task_names"]
 
 
 class UnknownTaskError(KeyError, UserFacingError):
@@ -23,10 +25,6 @@ class UnknownTaskError(KeyError, UserFacingError):
 
     def __str__(self) -> str:
         return f"unknown task {self.name!r}; known tasks: {', '.join(task_names())}"
-
-
-class TaskKindError(ValueError):
-    """A task used by a job that does not apply to it (e.g. PPO on a demonstration task)."""
 
 
 @cache

@@ -15,6 +15,10 @@ from typing import Any
 from reflexlab.spec import Spec
 
 
+class TaskKindError(ValueError):
+    """A task used by a job that does not apply to it (e.g. PPO on a demonstration task)."""
+
+
 @dataclass(frozen=True)
 class TaskEntry:
     """A registered task.
@@ -22,7 +26,9 @@ class TaskEntry:
     ``kind`` says which jobs apply: ``"vec"`` tasks are batched torch tasks for rsl-rl PPO
     (`sim.backends`); ``"demo"`` tasks are learned from demonstrations: ``task_class`` is their
     batched scene env and ``expert`` builds a scripted expert for one scene from an rng.
-    ``scene_xml`` is the MJCF the backends load.
+    ``scene_xml`` is the MJCF the backends load. ``evaluate`` is the task's own evaluation of a
+    policy (its metrics, video, options), called as ``evaluate(entry, act, policy_spec, context, cfg,
+    profile, episodes, episode_s, seed, **options)`` by `policies.evaluate`, which names no task.
     """
 
     name: str
@@ -32,6 +38,7 @@ class TaskEntry:
     scene_xml: Path
     kind: str = "vec"
     expert: Callable[..., Any] | None = None
+    evaluate: Callable[..., dict[str, Any]] | None = None
 
     def config(self, profile: str | None = None) -> Any:
         profile = profile or self.default_profile
@@ -41,3 +48,8 @@ class TaskEntry:
 
     def spec(self) -> Spec:
         return self.task_class.spec_factory(self.config())
+
+    def require(self, kind: str, job: str) -> None:
+        """Refuse ``job`` unless this is a ``kind`` task (`sim.registry.require_kind` also lists the tasks that are)."""
+        if self.kind != kind:
+            raise TaskKindError(f"{job} does not apply to task {self.name!r} (a {self.kind!r} task; it needs {kind!r})")

@@ -19,7 +19,6 @@ from rsl_rl.env import VecEnv
 from tensordict import TensorDict
 
 from reflexlab.tasks.legged import LeggedState, quat_rotate_inverse
-from sim.registry import get_task, require_kind
 from sim.task_entry import TaskEntry
 
 
@@ -36,7 +35,7 @@ class MujocoVecEnv(VecEnv):
     """Batched MuJoCo environments for a registered legged task.
 
     Args:
-        task: registered task name (or entry).
+        task: the registered task's entry (`sim.registry.get_task`).
         cfg: the task's config; the task's default profile when None.
         num_envs: number of parallel robots.
         nthread: threads stepping the physics (``mujoco.batch`` runs simulations in parallel).
@@ -46,7 +45,7 @@ class MujocoVecEnv(VecEnv):
 
     def __init__(
         self,
-        task: str | TaskEntry,
+        task: TaskEntry,
         cfg: Any = None,
         num_envs: int = 256,
         nthread: int = 2,
@@ -55,8 +54,8 @@ class MujocoVecEnv(VecEnv):
         obs_noise: bool = True,
         record_metrics: bool = False,
     ) -> None:
-        entry = get_task(task) if isinstance(task, str) else task
-        require_kind(entry, "vec", "the batched MuJoCo VecEnv (PPO)")
+        entry = task
+        entry.require("vec", "the batched MuJoCo VecEnv (PPO)")
         self.task_entry = entry
         self.cfg = cfg if cfg is not None else entry.config()
         self.num_envs = num_envs

@@ -4,10 +4,11 @@ from pathlib import Path
 import imageio.v3 as iio
 import pytest
 
-from policies.evaluate import command_grid, evaluate_run
+from policies.evaluate import evaluate_run
 from reflexlab.cli import main
 from reflexlab.spec import SpecMismatchError
 from sim.registry import get_task
+from sim.tasks.quadruped.evaluate import command_grid
 
 
 def test_play_writes_report_and_video(trained_run: Path, tmp_path: Path) -> None:

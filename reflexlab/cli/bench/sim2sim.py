@@ -72,9 +72,9 @@ def walk_over_ros(
 
     import reflexlab.ros  # noqa: F401
     from deploy.ros.policy_node import PolicyNode
-    from policies.evaluate import TRACKING_WARMUP_S
     from reflexlab.ros.common import spin, wait_until
     from sim.ros.sim_bridge import SimBridge
+    from sim.tasks.quadruped.evaluate import TRACKING_WARMUP_S
 
     own_context = not rclpy.ok()
     if own_context:

@@ -5,6 +5,7 @@ from pathlib import Path
 from reflexlab.tasks.quadruped.randomize import RandomizationConfig
 from reflexlab.tasks.quadruped.walk import TASK_NAME, CommandRanges, QuadrupedWalk, WalkConfig
 from sim.task_entry import TaskEntry
+from sim.tasks.quadruped.evaluate import evaluate_task
 
 SCENE_XML = Path(__file__).with_name("quadruped.xml")
 
@@ -19,4 +20,4 @@ def _full() -> WalkConfig:
     return WalkConfig()
 
 
-ENTRY = TaskEntry(TASK_NAME, QuadrupedWalk, {"fast": _fast, "full": _full}, "fast", SCENE_XML)
+ENTRY = TaskEntry(TASK_NAME, QuadrupedWalk, {"fast": _fast, "full": _full}, "fast", SCENE_XML, evaluate=evaluate_task)
