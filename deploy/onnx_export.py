@@ -31,8 +31,10 @@ from deploy.artifact import (
     read_metadata,
     spec_of,
 )
-from policies.actor import LoadedPolicy, load_policy
+from policies.actor import LoadedPolicy
 from policies.checkpoint import file_sha256
+from policies.generative.methods import METHODS
+from policies.generative.policy import GenerativePolicy, MultiStepSampler, OneStepGenerator
 from reflexlab import __version__
 from reflexlab.spec import Spec
 
@@ -49,25 +51,6 @@ class PhysicalUnitsPolicy(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.inner(obs * self.scales)
-
-
-def record_observations(policy: LoadedPolicy, num_obs: int, seed: int = 7) -> np.ndarray:
-    """Policy observations in physical units, recorded by running the policy on its own task."""
-    from reflexlab.config import update_dataclass
-    from sim.backends.mujoco_cpu import MujocoVecEnv
-    from sim.registry import get_task
-
-    entry = get_task(policy.info["task"])
-    cfg = update_dataclass(entry.config(policy.info["profile"]), policy.info["task_cfg"])
-    num_envs = 8
-    env = MujocoVecEnv(entry, cfg, num_envs=num_envs, nthread=1, seed=seed)
-    scales = torch.tensor(policy.spec.policy_obs.scales())
-    obs = env.get_observations()
-    rows = []
-    for _ in range(-(-num_obs // num_envs)):
-        rows.append(obs[policy.spec.policy_group] / scales)
-        obs, *_ = env.step(policy.act(obs))
-    return torch.cat(rows)[:num_obs].numpy().astype(np.float32)
 
 
 def export_policy(policy: LoadedPolicy, out: Path, checkpoint_sha256: str) -> None:
@@ -190,19 +173,13 @@ def _session(onnx_path: Path) -> Any:
     return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
 
 
-def export_checkpoint(
-    run_or_ckpt: Path, out: Path, num_obs: int = 1000, tolerance: float = 1e-5, task: str | None = None
+def export_verified_policy(
+    policy: LoadedPolicy, out: Path, observations: np.ndarray, tolerance: float = 1e-5
 ) -> dict[str, Any]:
-    """Export the latest checkpoint of a run and verify parity; raise if beyond ``tolerance``.
-
-    With ``task``, a checkpoint whose Spec differs from that task's is refused before exporting.
-    """
-    from sim.registry import get_task
-
-    policy = load_policy(run_or_ckpt, expect_spec=get_task(task).spec() if task else None)
+    """Export a loaded PPO policy and check onnxruntime against torch on ``observations`` (physical units,
+    e.g. `policies.rollouts.record_observations`); raise `ExportError` beyond ``tolerance``."""
     sha = file_sha256(policy.path)
     export_policy(policy, out, sha)
-    observations = record_observations(policy, num_obs)
     err = verify(policy, out, observations)
     if not err <= tolerance:
         raise ExportError(f"onnxruntime differs from torch by {err:.3g} (> {tolerance:g}) on recorded observations")
@@ -215,68 +192,31 @@ def export_checkpoint(
     }
 
 
-__all__ = [
-    "ExportError",
-    "export_checkpoint",
-    "export_generator",
-    "read_metadata",
-    "spec_of",
-    "verify",
-    "verify_generator",
-]
-
-
-def record_histories(sampler: Any, spec: Spec, num_obs: int, seed: int = 7) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Observation histories (num_obs, To, n) recorded by running a chunk policy on its own task, and for a
-    Spec with cameras the rendered frames {camera: (num_obs, To, 3, H, W) uint8} the policy saw."""
-    from policies.chunk_eval import evaluate_chunks
-
-    rows: list[np.ndarray] = []
-    frames: list[dict[str, np.ndarray]] = []
-
-    def recording(obs: np.ndarray, noise: np.ndarray, *images: dict[str, np.ndarray]) -> np.ndarray:
-        rows.append(obs.copy())
-        if images:
-            frames.append({k: v.copy() for k, v in images[0].items()})
-        return sampler(obs, noise, *images)
-
-    episodes = 8
-    steps = -(-num_obs // episodes) * spec.execution_horizon  # one recorded history per re-plan
-    evaluate_chunks(recording, spec, list(range(seed, seed + episodes)), noise_seed=seed, episode_steps=steps)
-    cams = {i.name: np.concatenate([f[i.name] for f in frames])[:num_obs] for i in spec.images}
-    return np.concatenate(rows)[:num_obs], cams
-
-
-def export_generative_checkpoint(
-    run_or_ckpt: Path,
+def export_verified_generator(
+    policy: GenerativePolicy,
+    spec: Spec,
+    extra: dict[str, Any],
+    checkpoint: Path,
     out: Path,
+    obs: np.ndarray,
+    images: dict[str, np.ndarray],
     steps: int | None = None,
-    num_obs: int = 256,
     tolerance: float = 1e-4,
     sampler_tolerance: float = 2e-3,
-    dataset: Path | None = None,
 ) -> dict[str, Any]:
-    """Export a generative policy (one-step student, or a teacher at ``steps`` unrolled steps) and verify it.
+    """Export a generative policy (one-step student, or a policy at ``steps`` unrolled steps) and verify it
+    on observation histories ``obs`` (N, To, n) and, for a policy with cameras, their ``images``.
 
     Students export as `OneStepGenerator` (one network evaluation); a multi-step policy (or a student
     asked for more steps) as `MultiStepSampler`, so teachers can be served and benchmarked the same way.
-    Parity is checked on observation histories recorded by running the policy on its task. A one-step
-    student must match within ``tolerance``; an unrolled sampler within ``sampler_tolerance``: DDIM's
-    clean-sample estimate divides the network's float32 rounding by √ᾱ (≈ 5e-4 at the noisiest step,
-    so a 1-step teacher measured 4.3e-4 m here) and several steps compound it. With ``dataset``, the
-    recorded inputs are windows of that dataset instead (observations and, for a policy with cameras,
-    its camera frames), for policies whose task cannot be simulated here.
+    A one-step student must match within ``tolerance``; an unrolled sampler within ``sampler_tolerance``:
+    DDIM's clean-sample estimate divides the network's float32 rounding by √ᾱ (≈ 5e-4 at the noisiest
+    step, so a 1-step teacher measured 4.3e-4 m here) and several steps compound it.
     """
-    from policies.generative.methods import METHODS
-    from policies.generative.policy import MultiStepSampler, OneStepGenerator
-    from policies.generative.sampler import TorchSampler
-    from policies.imitation import load_generative
-
-    policy, spec, extra, path = load_generative(run_or_ckpt)
     steps = steps or METHODS[policy.method].default_steps
     one_step = METHODS[policy.method].one_step and steps == 1
     module = OneStepGenerator(policy) if one_step else MultiStepSampler(policy, steps)
-    sha = file_sha256(path)
+    sha = file_sha256(checkpoint)
     meta = {
         "checkpoint_sha256": sha,
         "checkpoint_step": str(extra.get("step", "")),
@@ -287,12 +227,6 @@ def export_generative_checkpoint(
         "task": spec.task,
     }
     export_generator(module, spec, out, meta)
-    if dataset is not None:
-        from policies.imitation import observation_windows
-
-        obs, images = observation_windows(Path(dataset), spec, num_obs)
-    else:
-        obs, images = record_histories(TorchSampler(policy, steps), spec, num_obs)
     noise = np.random.default_rng(0).standard_normal((len(obs), spec.action_chunk, spec.action.size))
     err = verify_generator(module, out, obs, noise.astype(np.float32), images)
     tolerance = tolerance if one_step else sampler_tolerance
@@ -300,10 +234,22 @@ def export_generative_checkpoint(
         raise ExportError(f"onnxruntime differs from torch by {err:.3g} (> {tolerance:g}) on recorded observations")
     return {
         "onnx": str(out),
-        "checkpoint": str(path),
+        "checkpoint": str(checkpoint),
         "checkpoint_sha256": sha,
         "method": policy.method,
         "sampling_steps": steps,
         "max_abs_error": err,
         "num_obs": len(obs),
     }
+
+
+__all__ = [
+    "ExportError",
+    "export_generator",
+    "export_verified_generator",
+    "export_verified_policy",
+    "read_metadata",
+    "spec_of",
+    "verify",
+    "verify_generator",
+]

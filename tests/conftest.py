@@ -33,7 +33,7 @@ def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def exported(trained_run: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     """The tiny run exported to ONNX (path, export result)."""
-    from deploy.onnx_export import export_checkpoint
+    from reflexlab.cli.export import export_checkpoint
 
     out = tmp_path_factory.mktemp("onnx") / "policy.onnx"
     return out, export_checkpoint(trained_run, out, num_obs=1000)

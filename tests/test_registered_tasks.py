@@ -27,8 +27,8 @@ def test_registered_task_resets_steps_evaluates_and_exports(name: str, tmp_path:
 
 
 def _vec_task(entry: TaskEntry, tmp_path: Path) -> Spec:
-    from deploy.onnx_export import export_checkpoint
     from policies.evaluate import evaluate_run
+    from reflexlab.cli.export import export_checkpoint
     from reflexlab.cli.train import train
     from sim.backends.mujoco_cpu import MujocoVecEnv
 
@@ -49,8 +49,8 @@ def _vec_task(entry: TaskEntry, tmp_path: Path) -> Spec:
 
 
 def _demo_task(entry: TaskEntry, tmp_path: Path) -> Spec:
-    from deploy.onnx_export import export_generative_checkpoint
     from policies.imitation import evaluate_generative_run, plain, train_bc_run
+    from reflexlab.cli.export import export_generative_checkpoint
     from sim.demos import record_demos
 
     spec = entry.spec()

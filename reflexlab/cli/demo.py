@@ -30,8 +30,8 @@ def demo(
         num_envs: parallel robots.
         profile: task profile; `--profile full --minutes 30` is the omnidirectional, randomised run.
     """
-    from deploy.onnx_export import export_checkpoint
     from policies.evaluate import evaluate_run
+    from reflexlab.cli.export import export_checkpoint
 
     t0 = time.monotonic()
     if quick:

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from deploy.onnx_export import export_generative_checkpoint
 from policies.chunk_eval import evaluate_chunks
 from policies.generative.sampler import TorchSampler
 from policies.imitation import distill_run, load_episodes, load_generative, train_bc_run
+from reflexlab.cli.export import export_generative_checkpoint
 from reflexlab.dataset import load_dataset
 from sim.demos import record_demos
 from sim.registry import get_task

@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from deploy.onnx_export import export_generative_checkpoint
 from deploy.runner import OnnxGenerator, PolicyInputError
 from policies.chunk_eval import evaluate_chunks
 from policies.generative.dagger import DaggerConfig, visited_states
 from policies.generative.policy import GenerativePolicy
 from policies.generative.sampler import TorchSampler
 from policies.imitation import distill_run, is_generative, load_generative, train_bc_run
+from reflexlab.cli.export import export_generative_checkpoint
 from reflexlab.dataset import DatasetError, DatasetWriter, load_dataset
 from reflexlab.spec import SpecMismatchError
 from sim.demos import record_demos

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from deploy.controller import PolicyController
-from deploy.onnx_export import export_generative_checkpoint
 from deploy.runner import ModelKindError, OnnxGenerator, PolicyInputError, load_model
 from deploy.step_actor import StepActor
 from policies.imitation import distill_run, load_episodes, load_generative, train_bc_run
+from reflexlab.cli.export import export_generative_checkpoint
 from reflexlab.dataset import DatasetWriter
 from reflexlab.robot import RobotConfig
 from reflexlab.spec import ImageInput, Spec

@@ -351,7 +351,7 @@ def _trained_with(run: Path) -> dict[str, Any]:
 
 
 def _latency(run: Path, steps: int, out: Path, budget: DistillBudget) -> dict[str, list[float]]:
-    from deploy.onnx_export import export_generative_checkpoint
+    from reflexlab.cli.export import export_generative_checkpoint
 
     export_generative_checkpoint(run, out, steps=steps, num_obs=16)
     lat = latency_us(out, budget.latency_s)

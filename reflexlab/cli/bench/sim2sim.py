@@ -136,8 +136,8 @@ def compare_with_play(
     episodes: int = 8,
 ) -> dict[str, Any]:
     """The sim-to-sim walk next to `reflexlab play` of the same run (same command and duration)."""
-    from deploy.onnx_export import export_checkpoint
     from policies.evaluate import evaluate_run
+    from reflexlab.cli.export import export_checkpoint
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     model = run_dir / "policy.onnx"
