@@ -15,8 +15,6 @@ from functools import cache
 from reflexlab.errors import UserFacingError
 from sim.task_entry import TaskEntry, TaskKindError
 
-__all__ = ["TaskEntry", "TaskKindError", "UnknownTaskError", "get_task", "require_kind", "task_names"]
-
 
 class UnknownTaskError(KeyError, UserFacingError):
     def __init__(self, name: str) -> None:
@@ -43,6 +41,11 @@ def get_task(name: str) -> TaskEntry:
 
 def task_names() -> list[str]:
     return sorted(_tasks())
+
+
+def sim_as_real_tasks() -> list[str]:
+    """The tasks whose scene the arm bridge can run in real time behind the robot's topics."""
+    return sorted(n for n, e in _tasks().items() if e.realtime is not None)
 
 
 def require_kind(entry: TaskEntry, kind: str, job: str) -> None:

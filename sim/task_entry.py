@@ -29,6 +29,8 @@ class TaskEntry:
     ``scene_xml`` is the MJCF the backends load. ``evaluate`` is the task's own evaluation of a
     policy (its metrics, video, options), called as ``evaluate(entry, act, policy_spec, context, cfg,
     profile, episodes, episode_s, seed, **options)`` by `policies.evaluate`, which names no task.
+    ``realtime`` builds the task's scene stepped on the wall clock from a seed, for the sim-as-real
+    arm bridge (`sim.ros.arm_bridge`); None for a task that has no robot-side twin.
     """
 
     name: str
@@ -39,6 +41,7 @@ class TaskEntry:
     kind: str = "vec"
     expert: Callable[..., Any] | None = None
     evaluate: Callable[..., dict[str, Any]] | None = None
+    realtime: Callable[[int], Any] | None = None
 
     def config(self, profile: str | None = None) -> Any:
         profile = profile or self.default_profile

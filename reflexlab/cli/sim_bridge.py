@@ -33,9 +33,9 @@ def sim_bridge(
         seed: initial scene (arm tasks; later scenes come from /sim/reset).
         seconds: stop after this long (default: run until Ctrl-C).
     """
-    from sim.ros.arm_bridge import TASKS as ARM_TASKS
+    from sim.registry import sim_as_real_tasks
 
-    if task in ARM_TASKS:
+    if task in sim_as_real_tasks():
         from sim.ros.arm_bridge import run as run_arm
 
         diag = run_arm(

@@ -5,7 +5,7 @@ real-world RL loop talk to this node exactly as they talk to `franka_node` on th
 (`real.ros_arm.ArmTopics`): joint states and the end-effector pose at ``publish_rate_hz``,
 tracked object poses at ``tracker_rate_hz`` (a camera tracker's rate), a rendered scene camera on
 the topic the robot's RealSense node uses, end-effector targets in.
-Physics runs at the task's rate locked to the wall clock (`sim.tasks.panda_push_t.realtime`),
+Physics runs at the task's rate locked to the wall clock (`TaskEntry.realtime`, e.g. push-T's),
 so a policy that is late, or a person that is slow, is late in the scene too. A watchdog holds
 the arm where it is when targets stop for ``command_timeout_s``. ``/sim/reset`` (a seed) is the
 simulator's stand-in for the person who resets the scene between episodes on a real robot.
@@ -30,9 +30,8 @@ from std_msgs.msg import Int64
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from reflexlab.ros.common import node_main, run_node, state_qos
 from reflexlab.ros.topics import ArmTopics
-from sim.tasks.panda_push_t.realtime import RealtimePushT
+from sim.registry import get_task, sim_as_real_tasks
 
-TASKS = ("panda-push-t",)
 PARAMETERS: dict[str, object] = {
     "task": "panda-push-t",
     "seed": 0,
@@ -50,17 +49,17 @@ MAX_CATCH_UP = 10  # physics steps per tick before simulated time is allowed to 
 
 
 class ArmBridge(Node):
-    """Steps a `RealtimePushT` scene in real time and speaks `ArmTopics`."""
+    """Steps a task's real-time scene (`TaskEntry.realtime`, e.g. `RealtimePushT`) and speaks `ArmTopics`."""
 
     def __init__(self, node_name: str = "arm_bridge", topics: ArmTopics | None = None, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
         for name, default in PARAMETERS.items():
             self.declare_parameter(name, default)
         p = {name: self.get_parameter(name).value for name in PARAMETERS}
-        if p["task"] not in TASKS:
-            raise ValueError(f"arm bridge task must be one of {TASKS}, got {p['task']!r}")
+        if p["task"] not in sim_as_real_tasks():
+            raise ValueError(f"arm bridge task must be one of {tuple(sim_as_real_tasks())}, got {p['task']!r}")
         self.topics = t = topics or ArmTopics()
-        self.sim = RealtimePushT(int(p["seed"]))
+        self.sim = get_task(p["task"]).realtime(int(p["seed"]))
         self.timeout = float(p["command_timeout_s"])
         self.publish_every = max(1, round(1.0 / (self.sim.dt * float(p["publish_rate_hz"]))))
         self.tracker_every = max(1, round(1.0 / (self.sim.dt * float(p["tracker_rate_hz"]))))

@@ -6,6 +6,7 @@ from reflexlab.tasks.panda_push_t.constants import EPISODE_STEPS, TASK_NAME
 from reflexlab.tasks.panda_push_t.expert import PushTExpert
 from sim.task_entry import TaskEntry
 from sim.tasks.panda_push_t.env import SCENE_XML, PushTEnv
+from sim.tasks.panda_push_t.realtime import RealtimePushT
 
 
 @dataclass
@@ -13,4 +14,13 @@ class PushTConfig:
     episode_steps: int = EPISODE_STEPS
 
 
-ENTRY = TaskEntry(TASK_NAME, PushTEnv, {"default": PushTConfig}, "default", SCENE_XML, kind="demo", expert=PushTExpert)
+ENTRY = TaskEntry(
+    TASK_NAME,
+    PushTEnv,
+    {"default": PushTConfig},
+    "default",
+    SCENE_XML,
+    kind="demo",
+    expert=PushTExpert,
+    realtime=RealtimePushT,
+)
