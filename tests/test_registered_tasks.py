@@ -27,7 +27,7 @@ def test_registered_task_resets_steps_evaluates_and_exports(name: str, tmp_path:
 
 
 def _vec_task(entry: TaskEntry, tmp_path: Path) -> Spec:
-    from policies.evaluate import evaluate_run
+    from policies.evaluate import EvalOptions, evaluate_run
     from reflexlab.cli.export import export_checkpoint
     from reflexlab.cli.train import train
     from sim.backends.mujoco_cpu import MujocoVecEnv
@@ -41,7 +41,7 @@ def _vec_task(entry: TaskEntry, tmp_path: Path) -> Spec:
         assert torch.isfinite(obs["policy"]).all() and torch.isfinite(rewards).all()
     run = tmp_path / "run"
     train(task=entry.name, run_dir=run, num_envs=8, iterations=1, save_interval=1, threads=1)
-    result = evaluate_run(run, episodes=2, episode_s=0.5, report=tmp_path / "eval.json", progress=False)
+    result = evaluate_run(run, EvalOptions(2, 0.5, report=tmp_path / "eval.json"), progress=False)
     assert result["episodes"] == 2
     out = tmp_path / "policy.onnx"
     assert export_checkpoint(run, out, num_obs=64, task=entry.name)["max_abs_error"] <= 1e-5

@@ -30,7 +30,7 @@ def demo(
         num_envs: parallel robots.
         profile: task profile; `--profile full --minutes 30` is the omnidirectional, randomised run.
     """
-    from policies.evaluate import evaluate_run
+    from policies.evaluate import EvalOptions, evaluate_run
     from reflexlab.cli.export import export_checkpoint
 
     t0 = time.monotonic()
@@ -40,10 +40,12 @@ def demo(
         train(run_dir=run_dir, num_envs=num_envs, iterations=100_000, profile=profile, time_budget_s=minutes * 60)
     ev = evaluate_run(
         run_dir,
-        episodes=8 if quick else 32,
-        episode_s=5.0 if quick else None,
-        video=run_dir / "rollout.mp4",
-        command_map=profile != "fast" and not quick,
+        EvalOptions(
+            episodes=8 if quick else 32,
+            episode_s=5.0 if quick else None,
+            video=run_dir / "rollout.mp4",
+            command_map=profile != "fast" and not quick,
+        ),
     )
     onnx_path = run_dir / "policy.onnx"
     ex = export_checkpoint(run_dir, onnx_path, num_obs=200 if quick else 1000)

@@ -4,21 +4,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
+import tyro
+
+from policies.evaluate import EvalOptions
 from reflexlab.cli.common import UserError
+
+DEFAULT_EVALUATION = EvalOptions()  # frozen: one shared default is safe
 
 
 def play(
     run_dir: Path = Path("runs/quadruped-walk"),
-    episodes: int = 32,
-    episode_s: float | None = None,
-    video: Path | None = None,
-    report: Path | None = None,
-    command: tuple[float, float, float] | None = None,
-    command_map: bool = False,
-    seed: int = 1000,
-    task: str | None = None,
+    evaluation: Annotated[EvalOptions, tyro.conf.OmitArgPrefixes] = DEFAULT_EVALUATION,
     sampling_steps: int | None = None,
     execution_horizon: int | None = None,
     noise_seed: int = 0,
@@ -33,14 +31,7 @@ def play(
 
     Args:
         run_dir: a run folder (its latest checkpoint) or a checkpoint file.
-        episodes: number of seeded episodes (one robot each, run in parallel).
-        episode_s: episode length in seconds (the task's by default).
-        video: write an MP4 of episode 0 (offscreen rendering).
-        report: JSON report path (default: RUN_DIR/eval.json, or eval_<checkpoint>.json for a generative checkpoint).
-        command: fixed (vx, vy, yaw_rate) for every episode; the profile's evaluation command otherwise.
-        command_map: also evaluate a grid of commands and plot the per-command error map.
-        seed: evaluation seed of the first episode (distinct from training seeds).
-        task: refuse the checkpoint unless its Spec matches this task's (names the differing field).
+        evaluation: episodes, length, seed, video, report, task check (and the locomotion tasks' command options).
         sampling_steps: a generative policy's sampling steps (default: 1 for students, 10 for teachers).
         execution_horizon: actions a generative policy executes per chunk (Ta; default its Spec's).
         noise_seed: seed of a generative policy's noise draws.
@@ -50,6 +41,9 @@ def play(
     """
     from policies.imitation import check_generative_task, evaluate_generative_run, is_generative, load_generative
     from reflexlab.chunking import ChunkConfig
+
+    e = evaluation
+    episodes, episode_s, video, report, seed, task = e.episodes, e.episode_s, e.video, e.report, e.seed, e.task
 
     if is_generative(run_dir):
         if task is not None:
@@ -77,15 +71,5 @@ def play(
         )
     from policies.evaluate import evaluate_run
 
-    result = evaluate_run(
-        run_dir,
-        episodes=episodes,
-        episode_s=episode_s,
-        video=video,
-        report=report,
-        command=command,
-        command_map=command_map,
-        seed=seed,
-        task=task,
-    )
+    result = evaluate_run(run_dir, evaluation)
     print(json.dumps(result["summary"]))

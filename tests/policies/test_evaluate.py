@@ -4,7 +4,7 @@ from pathlib import Path
 import imageio.v3 as iio
 import pytest
 
-from policies.evaluate import evaluate_run
+from policies.evaluate import EvalOptions, evaluate_run
 from reflexlab.cli import main
 from reflexlab.spec import SpecMismatchError
 from sim.registry import get_task
@@ -42,8 +42,8 @@ def test_play_writes_report_and_video(trained_run: Path, tmp_path: Path) -> None
 
 
 def test_evaluation_is_deterministic(trained_run: Path, tmp_path: Path) -> None:
-    a = evaluate_run(trained_run, episodes=3, episode_s=1.0, report=tmp_path / "a.json", progress=False)
-    b = evaluate_run(trained_run, episodes=3, episode_s=1.0, report=tmp_path / "b.json", progress=False)
+    a = evaluate_run(trained_run, EvalOptions(3, 1.0, report=tmp_path / "a.json"), progress=False)
+    b = evaluate_run(trained_run, EvalOptions(3, 1.0, report=tmp_path / "b.json"), progress=False)
     assert a["per_episode"] == b["per_episode"]
 
 
@@ -56,7 +56,7 @@ def test_play_refuses_a_checkpoint_for_another_spec(trained_run: Path, tmp_path:
 
     monkeypatch.setattr(type(entry), "spec", lambda self: Spec.from_dict(d))
     with pytest.raises(SpecMismatchError, match="control_rate_hz"):
-        evaluate_run(trained_run, episodes=1, episode_s=0.1, task="quadruped-walk", report=tmp_path / "x.json")
+        evaluate_run(trained_run, EvalOptions(1, 0.1, task="quadruped-walk", report=tmp_path / "x.json"))
 
 
 def test_command_grid_spans_the_ranges() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from policies.evaluate import evaluate_run
+from policies.evaluate import EvalOptions, evaluate_run
 from reflexlab.cli.train import train
 
 MAX_SLIP_M_S = 0.1
@@ -26,7 +26,7 @@ def _check_gait(s: dict) -> None:
 def test_fast_bar_forward_walk_in_10_minutes(tmp_path: Path) -> None:
     run = tmp_path / "fast"
     train(run_dir=run, profile="fast", num_envs=256, iterations=100_000, time_budget_s=600)
-    s = evaluate_run(run, episodes=32, command=(0.5, 0.0, 0.0), progress=False)["summary"]
+    s = evaluate_run(run, EvalOptions(episodes=32, command=(0.5, 0.0, 0.0)), progress=False)["summary"]
     assert s["lin_vel_error_m_s"] <= 0.1, s
     assert s["no_fall_rate"] >= 0.95, s
     _check_gait(s)
@@ -44,7 +44,7 @@ def test_fast_bar_forward_walk_in_10_minutes(tmp_path: Path) -> None:
 def test_full_bar_omnidirectional_with_randomisation_in_30_minutes(tmp_path: Path) -> None:
     run = tmp_path / "full"
     train(run_dir=run, profile="full", num_envs=256, iterations=100_000, time_budget_s=1800)
-    s = evaluate_run(run, episodes=32, command_map=True, progress=False)["summary"]
+    s = evaluate_run(run, EvalOptions(episodes=32, command_map=True), progress=False)["summary"]
     assert s["lin_vel_error_m_s"] <= 0.15, s
     assert s["yaw_rate_error_rad_s"] <= 0.2, s
     assert s["no_fall_rate"] >= 0.95, s

@@ -136,16 +136,15 @@ def compare_with_play(
     episodes: int = 8,
 ) -> dict[str, Any]:
     """The sim-to-sim walk next to `reflexlab play` of the same run (same command and duration)."""
-    from policies.evaluate import evaluate_run
+    from policies.evaluate import EvalOptions, evaluate_run
     from reflexlab.cli.export import export_checkpoint
 
     os.environ.setdefault("MUJOCO_GL", "egl")
     model = run_dir / "policy.onnx"
     if not model.exists():
         export_checkpoint(run_dir, model)
-    play = evaluate_run(
-        run_dir, episodes=episodes, episode_s=seconds, command=command, report=run_dir / "eval_sim2sim_play.json"
-    )["summary"]
+    options = EvalOptions(episodes, seconds, command=command, report=run_dir / "eval_sim2sim_play.json")
+    play = evaluate_run(run_dir, options)["summary"]
     ros = walk_over_ros(model, command=command, seconds=seconds)
     play_speed = play["distance_m"] / seconds
     return {
