@@ -117,7 +117,7 @@ def record_episodes(
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
         start_ns = time.time_ns()  # wall clock of the episode's t = 0: bags and logs line up with it
-        images, _ = _camera_columns(cameras, max_frame_age_periods)
+        images, dropped = _camera_columns(cameras, max_frame_age_periods)
         if reset_actor is not None:
             reset_actor()
         done, reason = False, ""
@@ -139,8 +139,8 @@ def record_episodes(
                 policy_version=policy_version,
                 timestamp=info["timestamp"],
             )
+            summary.dropped_camera_frames += dropped  # the marks of the row just written, the first one's included
             images, dropped = _camera_columns(cameras, max_frame_age_periods)
-            summary.dropped_camera_frames += dropped
             summary.steps += 1
             summary.intervention_steps += int(info["is_intervention"])
             obs, done, reason = next_obs, terminated or truncated, info["reason"] or reason
