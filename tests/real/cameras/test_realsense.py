@@ -23,6 +23,10 @@ from real.cameras.realsense import (
 from real.cameras.synthetic import SyntheticScene
 from tests.real.cameras.conftest import FAULTY, PACED, SCENE, playback
 
+# librealsense's playback threads stall under the parallel suite's load: three replays in a row failed in 2 of
+# 5 full runs on 2 cores (2026-12-06), never alone or beside two CPU burners (7 runs). Run after it, alone.
+pytestmark = pytest.mark.realtime
+
 
 def _erode(mask: np.ndarray, r: int = 1) -> np.ndarray:
     """Pixels whose (2r+1)² neighbourhood lies inside ``mask``: away from the edges alignment blurs."""
