@@ -19,6 +19,8 @@ from pathlib import Path
 
 import yaml
 
+from reflexlab.config import read_yaml
+
 _SUBST = re.compile(r"\$\((find-pkg-share|var)\s+([^)\s]+)\)")
 _TAGS = {"launch", "arg", "node", "param", "include"}
 
@@ -192,12 +194,7 @@ def declared_parameters(node: object) -> dict[str, type]:
 
 def _parameter_file(file: Path, node_name: str) -> dict[str, object]:
     """The parameters a ROS parameter file sets for ``node_name`` (its own section and ``/**``)."""
-    if not file.is_file():
-        raise LaunchError(f"parameter file {file} does not exist")
-    try:
-        data = yaml.safe_load(file.read_text())
-    except yaml.YAMLError as e:
-        raise LaunchError(f"parameter file {file} is not valid YAML: {e}") from e
+    data = read_yaml(file, what="parameter file", error=LaunchError)
     if not isinstance(data, dict):
         raise LaunchError(f"parameter file {file} must map node names to ros__parameters")
     out: dict[str, object] = {}

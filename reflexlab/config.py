@@ -36,6 +36,17 @@ class ConfigError(ValueError):
     """A config that cannot be loaded; the message names the file (when there is one) and the dotted key."""
 
 
+def read_yaml(path: str | Path, *, what: str = "config", error: type[Exception] = ConfigError) -> Any:
+    """Parse the YAML file ``path``; a missing file or broken YAML raises ``error`` naming ``what`` and the path."""
+    p = Path(path)
+    if not p.is_file():
+        raise error(f"{what} {p} does not exist")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        raise error(f"{what} {p} is not valid YAML: {e}") from e
+
+
 def load_yaml(
     cls: type[T],
     path: str | Path,
@@ -56,12 +67,7 @@ def load_yaml(
         extra: constructor arguments that do not come from the file (its path); the file may not set them.
     """
     p = Path(path)
-    if not p.is_file():
-        raise error(f"{what} {p} does not exist")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise error(f"{what} {p} is not valid YAML: {e}") from e
+    data = read_yaml(p, what=what, error=error)
     data = {} if data is None else data  # an empty file: every key at its default
     if not isinstance(data, dict):
         raise error(f"{what} {p} must be a mapping, got {type(data).__name__}")

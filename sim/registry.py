@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 from reflexlab.errors import UserFacingError
-from sim.task_entry import TaskEntry, TaskKindError
+from sim.task_entry import TaskEntry, TaskKindError  # noqa: F401  (TaskKindError re-exported: callers catch it from here)
 
 
 class UnknownTaskError(KeyError, UserFacingError):
@@ -50,8 +50,4 @@ def sim_as_real_tasks() -> list[str]:
 
 def require_kind(entry: TaskEntry, kind: str, job: str) -> None:
     """Refuse ``job`` on a task of another kind, naming the tasks it does apply to."""
-    if entry.kind != kind:
-        others = ", ".join(sorted(n for n, e in _tasks().items() if e.kind == kind)) or "none"
-        raise TaskKindError(
-            f"{job} does not apply to task {entry.name!r} (a {entry.kind!r} task); tasks for it: {others}"
-        )
+    entry.require(kind, job, sorted(n for n, e in _tasks().items() if e.kind == kind))

@@ -52,7 +52,13 @@ class TaskEntry:
     def spec(self) -> Spec:
         return self.task_class.spec_factory(self.config())
 
-    def require(self, kind: str, job: str) -> None:
-        """Refuse ``job`` unless this is a ``kind`` task (`sim.registry.require_kind` also lists the tasks that are)."""
+    def require(self, kind: str, job: str, tasks_of_kind: list[str] | None = None) -> None:
+        """Refuse ``job`` unless this is a ``kind`` task; ``tasks_of_kind`` (the registry's) are named as the ones
+        it applies to (`sim.registry.require_kind`)."""
         if self.kind != kind:
-            raise TaskKindError(f"{job} does not apply to task {self.name!r} (a {self.kind!r} task; it needs {kind!r})")
+            which = (
+                f"tasks for it: {', '.join(tasks_of_kind) or 'none'}"
+                if tasks_of_kind is not None
+                else f"it needs {kind!r}"
+            )
+            raise TaskKindError(f"{job} does not apply to task {self.name!r} (a {self.kind!r} task); {which}")

@@ -15,5 +15,3 @@ import sys
 if not os.environ.get("AMENT_PREFIX_PATH"):
     os.environ["AMENT_PREFIX_PATH"] = sys.prefix
 os.environ.setdefault("RMW_IMPLEMENTATION", "rmw_fastrtps_cpp")
-# Nodes that render (the arm bridge's scene camera) run headless on robots and CI: EGL, never a window.
-os.environ.setdefault("MUJOCO_GL", "egl")

@@ -193,7 +193,7 @@ def node_main(
         if print_diagnostics:
             print(node.diagnostics())  # type: ignore[attr-defined]
     except errors as e:
-        print(f"{name or getattr(node, 'get_name', lambda: 'node')()}: {e}", file=sys.stderr)
+        print(f"{name or (node.get_name() if node is not None else 'node')}: {e}", file=sys.stderr)
         sys.exit(1)
     finally:
         if node is not None:
