@@ -25,11 +25,9 @@ from policies.generative.policy import CHECKPOINT_FORMAT, GenerativePolicy, Poli
 from policies.generative.sampler import TorchSampler, flush_denormals
 from policies.generative.train import TrainConfig, distill_student, train_teacher
 from reflexlab.chunking import ChunkConfig
-from reflexlab.dataset import Dataset, load_dataset
+from reflexlab.dataset import IMAGE_PREFIX, Dataset, load_dataset
 from reflexlab.spec import ImageInput, Spec
 from sim.registry import get_task
-
-IMAGE_FEATURE_PREFIX = "observation.images."  # + camera key: a dataset's video feature
 
 
 def load_episodes(
@@ -45,12 +43,12 @@ def load_episodes(
     if dataset.spec is None:
         raise ValueError(f"{root}: the dataset records no reflexlab Spec (meta/info.json reflexlab_spec)")
     videos = dataset.video_features
-    missing = [k for k in image_keys if IMAGE_FEATURE_PREFIX + k not in videos]
+    missing = [k for k in image_keys if IMAGE_PREFIX + k not in videos]
     if missing:
-        have = ", ".join(k.removeprefix(IMAGE_FEATURE_PREFIX) for k in videos) or "none"
+        have = ", ".join(k.removeprefix(IMAGE_PREFIX) for k in videos) or "none"
         raise ValueError(
             f"{root}: the dataset has no camera {', '.join(repr(k) for k in missing)} (video feature "
-            f"{IMAGE_FEATURE_PREFIX}{missing[0]}); its cameras: {have}. Record one (e.g. reflexlab demos --cameras "
+            f"{IMAGE_PREFIX}{missing[0]}); its cameras: {have}. Record one (e.g. reflexlab demos --cameras "
             f"{missing[0]}) or train with the cameras it has"
         )
     episodes: list[dict[str, Any]] = []
@@ -58,7 +56,7 @@ def load_episodes(
         episode: dict[str, Any] = {"obs": ep["observation.state"], "action": ep["action"]}
         if image_keys:
             episode["images"] = np.stack(
-                [_frames(dataset, i, IMAGE_FEATURE_PREFIX + k, image_size) for k in image_keys], axis=1
+                [_frames(dataset, i, IMAGE_PREFIX + k, image_size) for k in image_keys], axis=1
             )
         episodes.append(episode)
     return episodes, dataset.spec, dataset
@@ -75,7 +73,7 @@ def _frames(dataset: Dataset, episode: int, key: str, size: tuple[int, int] | No
 
 def camera_size(dataset: Dataset, image_keys: tuple[str, ...]) -> tuple[int, int]:
     """(H, W) of the first named camera's frames: a policy's image size when the user sets none."""
-    key = IMAGE_FEATURE_PREFIX + image_keys[0]
+    key = IMAGE_PREFIX + image_keys[0]
     if key not in dataset.video_features:
         load_episodes(dataset.root, image_keys)  # raises the error naming the camera
     height, width, _ = dataset.video_features[key]

@@ -19,11 +19,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from reflexlab.dataset import DatasetWriter
+from reflexlab.dataset import CAMERA_PREFIX, IMAGE_PREFIX, DatasetWriter
 from reflexlab.env import SingleEnv
 
 Actor = Callable[[np.ndarray], np.ndarray]
-IMAGE_PREFIX = "observation.images."
 
 
 class Camera(Protocol):
@@ -61,7 +60,12 @@ def features_of(env: SingleEnv, cameras: Mapping[str, Camera] | None = None) -> 
         "action": (spec.action.size,),
         "policy.action": (spec.action.size,),
     }
-    return features | {f"{IMAGE_PREFIX}{name}.age_s": (1,) for name in cameras or {}}
+    return features | {age_column(name): (1,) for name in cameras or {}}
+
+
+def age_column(camera: str) -> str:
+    """The per-step age of a camera's frame, s (−1 before its first frame)."""
+    return f"{CAMERA_PREFIX}{camera}.age_s"
 
 
 def videos_of(cameras: Mapping[str, Camera]) -> dict[str, tuple[int, int, int]]:
@@ -84,7 +88,7 @@ def _camera_columns(cameras: Mapping[str, Camera], max_age_periods: float) -> tu
         fresh = latest is not None and latest.age_s <= max_age_periods * cam.period_s
         out[f"{IMAGE_PREFIX}{name}"] = latest.frame.color if fresh else None
         age = latest.age_s if latest is not None else -1.0  # −1: no frame yet
-        out[f"{IMAGE_PREFIX}{name}.age_s"] = np.array([age], np.float32)
+        out[age_column(name)] = np.array([age], np.float32)
         dropped += int(not fresh)
     return out, dropped
 
@@ -109,7 +113,7 @@ def record_episodes(
     otherwise the env holds). ``policy_version`` labels which policy acted (RL loops bump it).
     ``cameras``: the newest frame of each is stored with the step it was seen at (read after the step, with the
     observation), with its age; a camera with no frame younger than ``max_frame_age_periods`` periods gets a
-    dropped-frame mark instead of a stale image (``is_dropped.observation.images.<name>``).
+    dropped-frame mark instead of a stale image (``camera.<name>.is_dropped``).
     """
     summary = RecordSummary()
     task_text = task_text or env.spec.task
@@ -137,7 +141,7 @@ def record_episodes(
                 success=info["success"],
                 is_intervention=info["is_intervention"],
                 policy_version=policy_version,
-                timestamp=info["timestamp"],
+                measured_timestamp=info["timestamp"],
             )
             summary.dropped_camera_frames += dropped  # the marks of the row just written, the first one's included
             images, dropped = _camera_columns(cameras, max_frame_age_periods)

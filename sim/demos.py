@@ -19,10 +19,8 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from reflexlab.dataset import DatasetWriter
+from reflexlab.dataset import IMAGE_PREFIX, DatasetWriter
 from sim.registry import get_task, require_kind
-
-IMAGE_PREFIX = "observation.images."  # + MJCF camera name: the video feature a camera is recorded as
 
 FEATURES = {
     "observation.state": (6,),

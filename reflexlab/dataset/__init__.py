@@ -4,13 +4,15 @@ Imports only the standard library, numpy, pyarrow, imageio and the reflexlab cor
 """
 
 from reflexlab.dataset.layout import (
+    CAMERA_PREFIX,
     CHUNKS_SIZE,
     CODEBASE_VERSION,
     DATA_FILES_SIZE_IN_MB,
     DATA_PATH,
-    DROPPED_PREFIX,
     EPISODE_COLUMNS,
     EPISODES_PATH,
+    FORMAT_VERSION,
+    IMAGE_PREFIX,
     INFO_PATH,
     LOCK_NAME,
     REQUIRED_VECTORS,
@@ -23,18 +25,22 @@ from reflexlab.dataset.layout import (
     VIDEO_PIX_FMT,
     DatasetError,
     FileId,
+    camera_name,
+    dropped_column,
 )
 from reflexlab.dataset.reader import Dataset, load_dataset
 from reflexlab.dataset.writer import DatasetWriter
 
 __all__ = [
+    "CAMERA_PREFIX",
     "CHUNKS_SIZE",
     "CODEBASE_VERSION",
     "DATA_FILES_SIZE_IN_MB",
     "DATA_PATH",
-    "DROPPED_PREFIX",
     "EPISODES_PATH",
     "EPISODE_COLUMNS",
+    "FORMAT_VERSION",
+    "IMAGE_PREFIX",
     "INFO_PATH",
     "LOCK_NAME",
     "REQUIRED_VECTORS",
@@ -49,5 +55,7 @@ __all__ = [
     "DatasetError",
     "DatasetWriter",
     "FileId",
+    "camera_name",
+    "dropped_column",
     "load_dataset",
 ]

@@ -2,7 +2,7 @@
 
 Nothing of it is referenced by a meta file until `DatasetWriter.save_episode` commits it, so dying mid-episode loses
 that episode and nothing else (step 1 of the protocol in `reflexlab.dataset.writer`). Frames are validated as they
-arrive (shape, finiteness, increasing timestamps), so a bad sensor reading is caught at the step that produced it,
+arrive (shape, finiteness, increasing measured times), so a bad sensor reading is caught at the step that produced it,
 not at training time.
 """
 
@@ -14,7 +14,8 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from reflexlab.dataset.layout import DROPPED_PREFIX, DatasetError, step_columns, video_file
+from reflexlab.dataset.layout import DatasetError, dropped_column, step_columns, video_file
+from reflexlab.dataset.stats import Moments, merge_stats
 from reflexlab.dataset.video import EncoderError, VideoEncoder
 from reflexlab.io import TEMP_SUFFIX, fsync_dir, is_disk_full
 
@@ -41,18 +42,19 @@ class EpisodeBuffer:
         self._videos = videos
         self._fps = fps
         self._chunks_size = chunks_size
-        keys = [*vectors, "timestamp", "next.reward", "next.terminated", "next.truncated", "next.success"]
-        keys += ["is_intervention", "policy_version", *(DROPPED_PREFIX + key for key in videos)]
+        keys = [*vectors, "measured_timestamp", "next.reward", "next.terminated", "next.truncated", "next.success"]
+        keys += ["is_intervention", "policy_version", *(dropped_column(key) for key in videos)]
         self._pending: dict[str, list[Any]] = {key: [] for key in keys}
-        # Per camera: its encoder, the last frame (re-encoded for a dropped one).
+        # Per camera: its encoder, the last frame (re-encoded for a dropped one), the statistics of what was encoded.
         self._encoders: dict[str, VideoEncoder] = {}
-        self._last_images: dict[str, np.ndarray] = {}
+        self._last_images: dict[str, tuple[np.ndarray, Moments]] = {}
+        self._image_stats: dict[str, Moments] = {}
         self._video_failure: tuple[str, str] | None = None  # (key, message) once an encoder failed
         self._videos_placed = False  # a failed save already renamed this episode's videos into place
 
     def __len__(self) -> int:
         """The frames added so far."""
-        return len(self._pending["timestamp"])
+        return len(self._pending["measured_timestamp"])
 
     def add(
         self,
@@ -64,7 +66,7 @@ class EpisodeBuffer:
         success: bool,
         is_intervention: bool,
         policy_version: int,
-        timestamp: float | None,
+        measured_timestamp: float | None,
     ) -> None:
         """Check one step and buffer it (see `DatasetWriter.add_frame`); a refused step leaves the episode as it was."""
         episode = self.index
@@ -81,14 +83,16 @@ class EpisodeBuffer:
         vectors = {key: self._checked_vector(frame.get(key), key) for key in self._vectors}
         images = {key: self._checked_image(frame, key) for key in self._videos}
         scalars = {
-            "timestamp": self._checked_timestamp(frame_index / self._fps if timestamp is None else timestamp),
+            "measured_timestamp": self._checked_timestamp(
+                frame_index / self._fps if measured_timestamp is None else measured_timestamp
+            ),
             "next.reward": self._checked_finite(reward, "next.reward"),
             "next.terminated": bool(terminated),
             "next.truncated": bool(truncated),
             "next.success": bool(success),
             "is_intervention": bool(is_intervention),
             "policy_version": int(policy_version),
-            **{DROPPED_PREFIX + key: image is None for key, image in images.items()},
+            **{dropped_column(key): image is None for key, image in images.items()},
         }
         for key, image in images.items():
             self._encode(key, image)
@@ -119,6 +123,7 @@ class EpisodeBuffer:
             if key in pending:
                 columns[key] = np.asarray(pending[key], dtype=dtype)
         columns["frame_index"] = np.arange(length, dtype=np.int64)
+        columns["timestamp"] = (columns["frame_index"] / self._fps).astype(np.float32)  # LeRobot's frame lookup
         columns["episode_index"] = np.full(length, self.index, dtype=np.int64)
         columns["index"] = np.arange(start, start + length, dtype=np.int64)
         columns["task_index"] = np.full(length, task_index, dtype=np.int64)
@@ -130,15 +135,19 @@ class EpisodeBuffer:
     def video_row(self, columns: dict[str, np.ndarray]) -> dict[str, Any]:
         """The episodes-parquet video columns: this episode's own file per camera, from t = 0."""
         row: dict[str, Any] = {}
-        length = len(columns["timestamp"])
+        length = len(columns["frame_index"])
         for key in self._videos:
             chunk, file = self.index // self._chunks_size, self.index % self._chunks_size
             row[f"videos/{key}/chunk_index"] = chunk
             row[f"videos/{key}/file_index"] = file
             row[f"videos/{key}/from_timestamp"] = 0.0
             row[f"videos/{key}/to_timestamp"] = length / self._fps
-            row[f"videos/{key}/dropped_frames"] = int(columns[DROPPED_PREFIX + key].sum())
+            row[f"videos/{key}/dropped_frames"] = int(columns[dropped_column(key)].sum())
         return row
+
+    def image_stats(self) -> dict[str, Moments]:
+        """Per camera, the statistics of every frame encoded (a dropped step's repeated frame included)."""
+        return dict(self._image_stats)
 
     def place_videos(self) -> None:
         """Finish every camera's temp MP4 (fsynced) and rename it to its final name: step 2 of the commit protocol."""
@@ -209,16 +218,19 @@ class EpisodeBuffer:
         return float(value32)
 
     def _checked_timestamp(self, value: float) -> float:
-        stamp = self._checked_finite(value, "timestamp")
+        """The step's measured time (s since the episode start, float64): finite and after the previous step's."""
+        stamp = float(value)
+        if not np.isfinite(stamp):
+            raise DatasetError(self.root, f"{value} is not finite", episode=self.index, key="measured_timestamp")
         frame_index = len(self)
-        previous = self._pending["timestamp"][-1] if self._pending["timestamp"] else None
+        previous = self._pending["measured_timestamp"][-1] if frame_index else None
         if previous is not None and stamp <= previous:
             raise DatasetError(
                 self.root,
-                f"frame {frame_index} has timestamp {stamp} s, not after frame {frame_index - 1}'s {previous} s "
-                "(in float32): a clock went backwards or a step was recorded twice",
+                f"frame {frame_index} was measured at {stamp} s, not after frame {frame_index - 1}'s {previous} s: "
+                "a clock went backwards or a step was recorded twice",
                 episode=self.index,
-                key="timestamp",
+                key="measured_timestamp",
             )
         return stamp
 
@@ -231,10 +243,14 @@ class EpisodeBuffer:
                 self._encoders[key] = VideoEncoder(
                     final.with_name(final.name + TEMP_SUFFIX), self._videos[key], self._fps
                 )
-            if image is not None:
-                self._last_images[key] = image.copy()  # the caller may reuse its buffer; a dropped frame repeats this
-            held = self._last_images.get(key)
-            self._encoders[key].write(np.zeros(self._videos[key], np.uint8) if held is None else held)
+            if image is not None:  # copied: the caller may reuse its buffer, and a dropped frame repeats this one
+                self._last_images[key] = (image.copy(), Moments.of_image(image))
+            if key not in self._last_images:  # dropped before the camera's first frame: black
+                black = np.zeros(self._videos[key], np.uint8)
+                self._last_images[key] = (black, Moments.of_image(black))
+            held, moments = self._last_images[key]
+            self._encoders[key].write(held)
+            self._image_stats = merge_stats(self._image_stats, {key: moments})
         except EncoderError as err:
             self._fail_video(key, str(err), err.disk_full)
         except OSError as err:  # creating the temp file or starting ffmpeg

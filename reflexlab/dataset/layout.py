@@ -4,13 +4,29 @@ Demos, teleop sessions, interventions and RL rollouts all become episodes of one
 and LeRobot's own tools read a single format::
 
     meta/info.json                            fps, robot_type, features, totals, paths; ours: reflexlab_spec,
-                                              reflexlab_version
-    meta/stats.json                           mean/std/min/max/count of every feature over all frames
-    meta/tasks.parquet                        task_index, task
+                                              reflexlab_version, reflexlab_format
+    meta/stats.json                           mean/std/min/max/count of every feature over all frames; cameras
+                                              per channel, shape (3, 1, 1), in [0, 1] (LeRobot's convention)
+    meta/tasks.parquet                        task_index, indexed by the task string (pandas index ``task``)
     meta/episodes/chunk-000/file-000.parquet  one row per episode: data file, global index range, success, metadata
     data/chunk-CCC/file-FFF.parquet           per-step rows of many episodes, each file at most data_files_size_in_mb
     videos/KEY/chunk-CCC/file-FFF.mp4         one camera's frames of ONE episode (file index = episode index within
                                               its chunk): h264 yuv420p, frame i is step i, stamped i / fps
+
+LeRobot's loader reads these files as they are, which fixes four rules (each broke it once, issue 21):
+
+* ``timestamp`` is exactly frame_index / fps: LeRobot finds a step's video frame at ``from_timestamp + timestamp``
+  within 1e-4 s. The time a step was measured at (robot or sim clock, s since the episode start) is a column of its
+  own, ``measured_timestamp``.
+* A feature of shape (1,) is a plain scalar column, not a one-element list.
+* The task string is the (pandas) index of tasks.parquet: LeRobot takes ``ds[i]["task"]`` from it.
+* No key but a camera's contains "image": LeRobot takes every such key for an image. Per-camera columns are named
+  ``camera.<name>.*`` (``<name>``: the video key without ``observation.images.``).
+
+Datasets written before these rules (no ``reflexlab_format`` in info.json) are refused by the reader and the writer
+with a message naming ``reflexlab dataset upgrade``, which migrates them (`reflexlab.dataset.upgrade`). Datasets
+written by LeRobot itself (no ``reflexlab_version``) are read: the RL columns (``next.*``, ``is_intervention``,
+``policy_version``, ``measured_timestamp``) are then optional.
 
 How these files are written without a crash ever leaving a half-written dataset is told in
 `reflexlab.dataset.writer`; how camera frames are encoded, in `reflexlab.dataset.video`.
@@ -27,6 +43,9 @@ import pyarrow as pa
 from reflexlab.spec import Spec
 
 CODEBASE_VERSION = "v3.0"
+# Our own revision of what the files mean, in info.json ``reflexlab_format``: 2 = LeRobot-loadable (issue 21); the
+# datasets written before it carry no such key (format 1).
+FORMAT_VERSION = 2
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 INFO_PATH = "meta/info.json"
@@ -38,18 +57,24 @@ DATA_FILES_SIZE_IN_MB = 100.0
 REQUIRED_VECTORS = ("observation.state", "action")
 VIDEO_FILES_SIZE_IN_MB = 200.0
 LOCK_NAME = ".writer.lock"
-DROPPED_PREFIX = "is_dropped."  # + video key: the per-step "this camera frame did not arrive" column
+IMAGE_PREFIX = "observation.images."  # LeRobot's convention for camera keys
+CAMERA_PREFIX = "camera."  # + camera name + ".<what>": per-camera columns that must not say "image" (see above)
 # How cameras are encoded (why: see `reflexlab.dataset.video`).
 VIDEO_CODEC = "h264"
 VIDEO_PIX_FMT = "yuv420p"
 
-# Per-step scalar columns (LeRobot's, then ours: RL end flags, interventions, which policy acted) and their dtypes.
-STEP_COLUMNS: dict[str, str] = {
+# Per-step scalar columns (LeRobot's, then ours: the measured time, RL end flags, interventions, which policy acted)
+# and their dtypes.
+LEROBOT_STEP_COLUMNS: dict[str, str] = {
     "timestamp": "float32",
     "frame_index": "int64",
     "episode_index": "int64",
     "index": "int64",
     "task_index": "int64",
+}
+STEP_COLUMNS: dict[str, str] = {
+    **LEROBOT_STEP_COLUMNS,
+    "measured_timestamp": "float64",
     "next.reward": "float32",
     "next.done": "bool",
     "next.terminated": "bool",
@@ -71,7 +96,7 @@ EPISODE_COLUMNS: dict[str, pa.DataType] = {
     "meta/episodes/file_index": pa.int64(),
     "success": pa.bool_(),
 }
-_ARROW_TYPES = {"float32": pa.float32(), "int64": pa.int64(), "bool": pa.bool_()}
+_ARROW_TYPES = {"float32": pa.float32(), "float64": pa.float64(), "int64": pa.int64(), "bool": pa.bool_()}
 _VIDEO_KEY = re.compile(r"[A-Za-z][A-Za-z0-9_.-]*")
 
 FileId = tuple[int, int]  # (chunk_index, file_index)
@@ -90,6 +115,16 @@ class DatasetError(ValueError):
         if key is not None:
             where.append(f"key {key!r}")
         super().__init__(f"{', '.join(where)}: {message}")
+
+
+def camera_name(video_key: str) -> str:
+    """``observation.images.wrist`` -> ``wrist``: the name in the camera's own columns (``camera.wrist.*``)."""
+    return video_key.removeprefix(IMAGE_PREFIX)
+
+
+def dropped_column(video_key: str) -> str:
+    """The per-step "this camera frame did not arrive" flag of a camera (the previous frame was encoded again)."""
+    return f"{CAMERA_PREFIX}{camera_name(video_key)}.is_dropped"
 
 
 def features_info(
@@ -133,7 +168,7 @@ def videos_of(features: dict[str, dict[str, Any]]) -> dict[str, tuple[int, ...]]
 
 def step_columns(videos: dict[str, tuple[int, ...]]) -> dict[str, str]:
     """The per-step scalar columns of a dataset with these cameras: the fixed ones plus one drop flag per camera."""
-    return {**STEP_COLUMNS, **{DROPPED_PREFIX + key: "bool" for key in videos}}
+    return {**STEP_COLUMNS, **{dropped_column(key): "bool" for key in videos}}
 
 
 def video_columns(videos: dict[str, tuple[int, ...]]) -> dict[str, pa.DataType]:
@@ -151,9 +186,14 @@ def video_columns(videos: dict[str, tuple[int, ...]]) -> dict[str, pa.DataType]:
     return columns
 
 
+def arrow_type(shape: tuple[int, ...]) -> pa.DataType:
+    """A vector's column type: a fixed-size float32 list (its length is part of the type, so a wrong shape cannot
+    hide), or a plain float32 for shape (1,), as LeRobot stores it (its loader cannot cast a one-element list)."""
+    return pa.float32() if tuple(shape) == (1,) else pa.list_(pa.float32(), shape[0])
+
+
 def data_schema(vectors: dict[str, tuple[int, ...]], videos: dict[str, tuple[int, ...]]) -> pa.Schema:
-    """Vectors as fixed-size float32 lists (their length is part of the type, so a wrong shape cannot hide)."""
-    fields = [pa.field(k, pa.list_(pa.float32(), shape[0])) for k, shape in vectors.items()]
+    fields = [pa.field(k, arrow_type(shape)) for k, shape in vectors.items()]
     fields += [pa.field(k, _ARROW_TYPES[dtype]) for k, dtype in step_columns(videos).items()]
     return pa.schema(fields)
 
@@ -171,12 +211,26 @@ def check_declared(
             raise DatasetError(root, "is a per-step column the format writes itself; pick another name", key=key)
         if len(shape) != 1 or int(shape[0]) < 1:
             raise DatasetError(root, f"features must be non-empty 1-D vectors, got shape {tuple(shape)}", key=key)
+        if "image" in key:
+            raise DatasetError(
+                root,
+                "only a camera's key may contain 'image': LeRobot takes every such feature for an image "
+                f"(name per-camera values {CAMERA_PREFIX}<camera>.<what>)",
+                key=key,
+            )
     for key, shape in videos.items():
         if key in vectors or key in reserved:
             raise DatasetError(root, "is already a vector or per-step column; pick another name", key=key)
         if not _VIDEO_KEY.fullmatch(key):
             raise DatasetError(
                 root, "video keys become folder names: a letter, then letters, digits, '_', '-', '.'", key=key
+            )
+        if "image" in dropped_column(key):
+            raise DatasetError(
+                root,
+                f"the camera's name {camera_name(key)!r} contains 'image', which would make its own columns look "
+                "like images to LeRobot; rename the camera",
+                key=key,
             )
         if len(shape) != 3 or shape[2] != 3 or min(shape) < 1:
             raise DatasetError(root, f"videos are (height, width, 3) RGB, got shape {tuple(shape)}", key=key)

@@ -5,6 +5,7 @@ Also `write_parquet`, the atomic write that every Parquet file of a dataset, met
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from reflexlab.dataset.layout import (
     TASKS_PATH,
     DatasetError,
     video_columns,
+    videos_of,
 )
 from reflexlab.dataset.stats import Moments, stats_json
 from reflexlab.io import replace_atomically, write_json_atomically
@@ -29,9 +31,24 @@ def write_parquet(path: Path, table: pa.Table) -> None:
     replace_atomically(path, lambda tmp: pq.write_table(table, tmp))
 
 
+# tasks.parquet as pandas writes a frame indexed by task (what LeRobot reads ``ds[i]["task"]`` from), spelled out in
+# Arrow's documented pandas metadata so that writing it needs no pandas.
+_TASKS_PANDAS_METADATA = json.dumps(
+    {
+        "index_columns": ["task"],
+        "column_indexes": [],
+        "columns": [
+            {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64"},
+            {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object"},
+        ],
+    }
+)
+
+
 def _tasks_table(tasks: list[str]) -> pa.Table:
     """tasks.parquet: a task's index is its place in ``tasks``, which only ever grows at the end."""
-    return pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
+    return table.replace_schema_metadata({"pandas": _TASKS_PANDAS_METADATA})
 
 
 def episodes_table(root: Path, episodes: list[dict[str, Any]], videos: dict[str, tuple[int, ...]]) -> pa.Table:
@@ -55,5 +72,5 @@ def publish_meta(
     """Publish the meta files, info.json last: its rename is the commit point (see `reflexlab.dataset.writer`)."""
     write_parquet(root / TASKS_PATH, _tasks_table(tasks))
     write_parquet(root / EPISODES_PATH, episodes)
-    write_json_atomically(root / STATS_PATH, stats_json(stats))
+    write_json_atomically(root / STATS_PATH, stats_json(stats, videos_of(info["features"])))
     write_json_atomically(root / INFO_PATH, info)

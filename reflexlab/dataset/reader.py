@@ -22,7 +22,9 @@ from reflexlab.dataset.layout import (
     CODEBASE_VERSION,
     EPISODE_COLUMNS,
     EPISODES_PATH,
+    FORMAT_VERSION,
     INFO_PATH,
+    LEROBOT_STEP_COLUMNS,
     REQUIRED_VECTORS,
     STATS_PATH,
     TASKS_PATH,
@@ -38,7 +40,12 @@ from reflexlab.dataset.stats import Moments, merge_stats, stats_json
 from reflexlab.spec import Spec
 
 _INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "chunks_size", "total_episodes", "total_frames")
-_FLOAT_STEP_COLUMNS = ("timestamp", "next.reward")
+_FLOAT_STEP_COLUMNS = ("timestamp", "measured_timestamp", "next.reward")
+# LeRobot's own tolerance when it looks a step's video frame up at its timestamp (``tolerance_s``).
+TIMESTAMP_TOLERANCE_S = 1e-4
+# What LeRobot's writer leaves out of a dataset that ours always writes: optional when reading LeRobot's.
+_OURS_ONLY_EPISODE_COLUMNS = ("success",)
+_OURS_ONLY_VIDEO_COLUMN = "dropped_frames"
 
 
 def _episode_of_row(starts: np.ndarray, episodes: np.ndarray, row: int) -> int:
@@ -46,8 +53,11 @@ def _episode_of_row(starts: np.ndarray, episodes: np.ndarray, row: int) -> int:
 
 
 def _vector_values(column: pa.Array, size: int) -> np.ndarray | str:
-    """(rows, size) float32 values of a list column, or why it is not a list of ``size`` floats per row."""
+    """(rows, size) float32 values of a list column (or of a float column, for size 1), or why it is not that."""
     kind = column.type
+    if size == 1 and pa.types.is_floating(kind):
+        values = _scalar_values(column, "float32")
+        return values if isinstance(values, str) else values.reshape(len(column), 1)
     if not (pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)):
         return f"column type {kind} is not a list of floats"
     if not pa.types.is_floating(kind.value_type):
@@ -86,11 +96,10 @@ class Dataset:
         self._vectors = vectors_of(self._features)
         self._videos = videos_of(self._features)
         self._columns = [key for key in self._features if key not in self._videos]  # what the data files hold
-        self._check_stats_file()
         self._tasks = self._load_tasks()
         self._episodes = self._load_episodes()
         self._files: dict[FileId, tuple[int, int]] = {}  # file -> (its first episode, its first global index)
-        self._moments: dict[str, Moments] = {}
+        self._moments: dict[str, Moments] = self._load_image_stats()
         for file_id, group in itertools.groupby(range(len(self._episodes)), key=self._file_of):
             self._validate_file(file_id, list(group))
         self._cache: tuple[FileId, pa.Table] | None = None
@@ -114,6 +123,11 @@ class Dataset:
     @property
     def robot_type(self) -> str | None:
         return self._info.get("robot_type")
+
+    @property
+    def written_by(self) -> str | None:
+        """The reflexlab version that last wrote the dataset; None for one written by another tool (LeRobot)."""
+        return self._info.get("reflexlab_version")
 
     @property
     def features(self) -> dict[str, dict[str, Any]]:
@@ -142,8 +156,11 @@ class Dataset:
     @property
     def stats(self) -> dict[str, dict[str, list[float]]]:
         """mean/std/min/max/count per feature over all committed frames, computed from the data while validating
-        (equal to stats.json up to rounding, except in the crash window where stats.json is one episode ahead)."""
-        return stats_json(self._moments)
+        (equal to stats.json up to rounding, except in the crash window where stats.json is one episode ahead).
+
+        Cameras' statistics (per channel, (3, 1, 1), in [0, 1]) are stats.json's: recomputing them would decode every
+        frame."""
+        return stats_json(self._moments, self._videos)
 
     def episode_meta(self, i: int) -> dict[str, Any]:
         """The episodes-parquet row of episode ``i``; metadata keys this episode did not set are left out."""
@@ -258,6 +275,7 @@ class Dataset:
                 raise self._error(f"{INFO_PATH} lacks this key", key=key)
         if info["codebase_version"] != CODEBASE_VERSION:
             raise self._error(f"codebase_version is {info['codebase_version']!r}, expected {CODEBASE_VERSION!r}")
+        self._check_format(info)
         self._check_features(info)
         if info.get("reflexlab_spec") is not None:
             try:
@@ -266,10 +284,30 @@ class Dataset:
                 raise self._error(str(err), key="reflexlab_spec") from err
         return info
 
+    def _check_format(self, info: dict[str, Any]) -> None:
+        """Refuse files whose meaning changed since they were written, rather than misread them."""
+        if "reflexlab_version" not in info:
+            return  # written by LeRobot (or another tool of the v3 layout): read as LeRobot reads it
+        stored = info.get("reflexlab_format")
+        if stored is None:
+            raise self._error(
+                f"written by reflexlab {info['reflexlab_version']} in the dataset format before LeRobot could load it "
+                "(measured timestamps, one-element lists, camera columns named 'image'); migrate it with "
+                f"`reflexlab dataset upgrade {self.root}`",
+                key="reflexlab_format",
+            )
+        if stored != FORMAT_VERSION:
+            raise self._error(
+                f"reflexlab_format {stored!r}: this reflexlab reads format {FORMAT_VERSION} (a newer reflexlab "
+                "wrote it? upgrade reflexlab)",
+                key="reflexlab_format",
+            )
+
     def _check_features(self, info: dict[str, Any]) -> None:
         features = info["features"]
         videos = videos_of(features)
-        for key in (*REQUIRED_VECTORS, *step_columns(videos)):
+        required = step_columns(videos) if "reflexlab_version" in info else LEROBOT_STEP_COLUMNS
+        for key in (*REQUIRED_VECTORS, *required):
             if key not in features:
                 raise self._error(f"{INFO_PATH} features lack this key", key=key)
         for key, feature in features.items():
@@ -279,8 +317,8 @@ class Dataset:
         if videos and "video_path" not in info:
             raise self._error(f"{INFO_PATH} has video features but no video_path", key="video_path")
 
-    def _check_stats_file(self) -> None:
-        """stats.json is only checked to exist and parse: `stats` is recomputed from the committed rows anyway."""
+    def _load_image_stats(self) -> dict[str, Moments]:
+        """The cameras' statistics from stats.json (the rest is recomputed from the committed rows while loading)."""
         path = self.root / STATS_PATH
         if not path.exists():
             raise self._error(f"missing {STATS_PATH}")
@@ -290,19 +328,33 @@ class Dataset:
             raise self._error(f"cannot read {STATS_PATH}: {err}") from err
         if not isinstance(stats, dict):
             raise self._error(f"{STATS_PATH} is not a JSON object")
+        moments = {}
+        for key in self._videos:
+            if key not in stats:
+                if self._episodes and self.written_by is not None:
+                    raise self._error(f"{STATS_PATH} has no statistics for this camera", key=key)
+                continue
+            try:
+                moments[key] = Moments.from_image_json(stats[key])
+            except (KeyError, TypeError, ValueError) as err:
+                raise self._error(f"{STATS_PATH} holds no per-channel mean/std/min/max/count: {err}", key=key) from err
+            if moments[key].mean.shape != (3,):
+                raise self._error(f"{STATS_PATH} statistics are not per RGB channel (shape (3, 1, 1))", key=key)
+        return moments
 
     def _load_tasks(self) -> list[str]:
         table = self._read_parquet(TASKS_PATH)
         total = int(self._info.get("total_tasks", 0))
-        for key in ("task_index", "task"):
+        task_column = _pandas_index(table) or "task"  # LeRobot's writer leaves its index unnamed
+        for key in ("task_index", task_column):
             if key not in table.column_names:
-                raise self._error(f"{TASKS_PATH} lacks this column", key=key)
+                raise self._error(f"{TASKS_PATH} lacks this column (the task strings: its pandas index)", key=key)
         if table.num_rows < total:
             raise self._error(f"{TASKS_PATH} has {table.num_rows} rows, info.json says {total} tasks")
         rows = table.slice(0, total).to_pylist()
         if [r["task_index"] for r in rows] != list(range(total)):
             raise self._error(f"{TASKS_PATH} task_index is not 0..{total - 1}", key="task_index")
-        return [r["task"] for r in rows]
+        return [r[task_column] for r in rows]
 
     def _load_episodes(self) -> list[dict[str, Any]]:
         table = self._read_parquet(EPISODES_PATH)
@@ -310,7 +362,12 @@ class Dataset:
         if table.num_rows < total:
             raise self._error(f"{EPISODES_PATH} has {table.num_rows} rows, info.json says {total} episodes")
         table = table.slice(0, total)
-        for key in [*EPISODE_COLUMNS, *video_columns(self._videos)]:
+        required = [*EPISODE_COLUMNS, *video_columns(self._videos)]
+        if self.written_by is None:
+            required = [
+                k for k in required if k not in _OURS_ONLY_EPISODE_COLUMNS and not k.endswith(_OURS_ONLY_VIDEO_COLUMN)
+            ]
+        for key in required:
             if key not in table.column_names:
                 raise self._error(f"{EPISODES_PATH} lacks this column", key=key)
             nulls = np.flatnonzero(table.column(key).is_null().to_numpy(zero_copy_only=False))
@@ -417,10 +474,23 @@ class Dataset:
                 episode = _episode_of_row(starts, episodes, int(bad[0]))
                 raise self._error(f"row says {values[key][bad[0]]}, the meta says {want[bad[0]]}", episode, key)
         same_episode = expected["episode_index"][1:] == expected["episode_index"][:-1]
-        bad = np.flatnonzero(same_episode & (np.diff(values["timestamp"]) <= 0))
+        for key in ("timestamp", "measured_timestamp"):
+            bad = np.flatnonzero(same_episode & (np.diff(values[key]) <= 0)) if key in values else []
+            if len(bad):
+                episode = _episode_of_row(starts, episodes, int(bad[0]) + 1)
+                raise self._error("timestamps do not increase", episode=episode, key=key)
+        drift = np.abs(values["timestamp"] - expected["frame_index"] / self.fps)
+        bad = np.flatnonzero(drift > TIMESTAMP_TOLERANCE_S)
         if len(bad):
-            episode = _episode_of_row(starts, episodes, int(bad[0]) + 1)
-            raise self._error("timestamps do not increase", episode=episode, key="timestamp")
+            row = int(bad[0])
+            episode = _episode_of_row(starts, episodes, row)
+            raise self._error(
+                f"frame {expected['frame_index'][row]} has timestamp {values['timestamp'][row]} s, not frame_index / "
+                f"fps = {expected['frame_index'][row] / self.fps} s (within {TIMESTAMP_TOLERANCE_S} s): video frames "
+                "are looked up at it, so they would pair with the wrong steps",
+                episode,
+                "timestamp",
+            )
 
     def _file_table(self, file_id: FileId) -> pa.Table:
         """One data file at a time is kept (memory-mapped): episodes are mostly read in order."""
@@ -428,6 +498,18 @@ class Dataset:
             table = self._read_parquet(self._data_file(file_id), episode=self._files[file_id][0])
             self._cache = (file_id, table)
         return self._cache[1]
+
+
+def _pandas_index(table: pa.Table) -> str | None:
+    """The column pandas restores as a table's index (LeRobot's tasks.parquet keeps its task strings there)."""
+    raw = (table.schema.metadata or {}).get(b"pandas")
+    if raw is None:
+        return None
+    try:
+        index = json.loads(raw)["index_columns"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return index[0] if len(index) == 1 and isinstance(index[0], str) else None
 
 
 def load_dataset(root: Path | str) -> Dataset:

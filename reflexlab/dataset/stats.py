@@ -1,10 +1,19 @@
-"""Per-feature statistics (stats.json): mergeable moments, so no one re-reads the data to update them."""
+"""Per-feature statistics (stats.json): mergeable moments, so no one re-reads the data to update them.
+
+Cameras get LeRobot's image statistics: per channel, over pixels, in [0, 1], shaped (3, 1, 1), ``count`` in frames.
+LeRobot estimates them from up to a few hundred sampled frames; the writer folds in every frame it encodes, each
+subsampled to at most `IMAGE_STATS_PIXELS` pixels.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
+
+IMAGE_STATS_PIXELS = 20_000  # per frame: a 640x480 frame is read every 4th row and column
 
 
 @dataclass(frozen=True)
@@ -27,6 +36,26 @@ class Moments:
         mean = v.mean(axis=0)
         return cls(len(v), mean, ((v - mean) ** 2).sum(axis=0), v.min(axis=0), v.max(axis=0))
 
+    @classmethod
+    def of_image(cls, frame: np.ndarray) -> Moments:
+        """One (H, W, 3) uint8 frame as a count of 1: its per-channel pixel mean, variance (as m2), min and max.
+
+        Merging such frames weights each equally, which (every frame has the same pixels) gives exactly the pooled
+        statistics of all their pixels, with ``count`` in frames, as LeRobot counts them.
+        """
+        height, width, _ = frame.shape
+        stride = max(1, math.ceil(math.sqrt(height * width / IMAGE_STATS_PIXELS)))
+        pixels = frame[::stride, ::stride].reshape(-1, frame.shape[2]).astype(np.float64)
+        return cls(1, pixels.mean(axis=0), pixels.var(axis=0), pixels.min(axis=0), pixels.max(axis=0))
+
+    @classmethod
+    def from_image_json(cls, stats: dict[str, list]) -> Moments:
+        """Back from `to_json` (``image=True``): a writer reopening a dataset cannot re-read every video frame."""
+        scale = 255.0
+        values = {k: np.asarray(v, np.float64).reshape(-1) * scale for k, v in stats.items() if k != "count"}
+        count = int(np.asarray(stats["count"]).reshape(-1)[0])
+        return cls(count, values["mean"], values["std"] ** 2 * count, values["min"], values["max"])
+
     def merge(self, other: Moments) -> Moments:
         n = self.count + other.count
         delta = other.mean - self.mean
@@ -34,15 +63,14 @@ class Moments:
         m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / n)
         return Moments(n, mean, m2, np.minimum(self.low, other.low), np.maximum(self.high, other.high))
 
-    def to_json(self) -> dict[str, list[float]]:
+    def to_json(self, *, image: bool = False) -> dict[str, list]:
+        """mean, std, min, max as lists of the feature's shape and count as [n]; ``image``: the (3, 1, 1) per-channel
+        form in [0, 1] (LeRobot's, which its normaliser broadcasts over (C, H, W) frames)."""
         std = np.sqrt(self.m2 / self.count)
-        return {
-            "mean": self.mean.tolist(),
-            "std": std.tolist(),
-            "min": self.low.tolist(),
-            "max": self.high.tolist(),
-            "count": [self.count],
-        }
+        values = {"mean": self.mean, "std": std, "min": self.low, "max": self.high}
+        if image:
+            values = {k: (v / 255.0).reshape(-1, 1, 1) for k, v in values.items()}
+        return {**{k: v.tolist() for k, v in values.items()}, "count": [self.count]}
 
 
 def merge_stats(a: dict[str, Moments], b: dict[str, Moments]) -> dict[str, Moments]:
@@ -50,6 +78,8 @@ def merge_stats(a: dict[str, Moments], b: dict[str, Moments]) -> dict[str, Momen
     return {k: a[k].merge(m) if k in a else m for k, m in b.items()}
 
 
-def stats_json(stats: dict[str, Moments]) -> dict[str, dict[str, list[float]]]:
-    """The content of stats.json (and of `Dataset.stats`): per feature mean, std, min, max and count, as lists."""
-    return {k: m.to_json() for k, m in stats.items()}
+def stats_json(stats: dict[str, Moments], images: Iterable[str] = ()) -> dict[str, dict[str, list]]:
+    """The content of stats.json (and of `Dataset.stats`): per feature mean, std, min, max and count, as lists;
+    the features named in ``images`` (cameras) in LeRobot's per-channel image form."""
+    cameras = set(images)
+    return {k: m.to_json(image=k in cameras) for k, m in stats.items()}

@@ -53,6 +53,7 @@ from reflexlab.dataset.layout import (
     DATA_FILES_SIZE_IN_MB,
     DATA_PATH,
     EPISODE_COLUMNS,
+    FORMAT_VERSION,
     INFO_PATH,
     VIDEO_FILES_SIZE_IN_MB,
     VIDEO_PATH,
@@ -133,6 +134,7 @@ class DatasetWriter:
             "splits": {"train": "0:0"},
             "reflexlab_spec": None if spec is None else spec.to_dict(),
             "reflexlab_version": __version__,
+            "reflexlab_format": FORMAT_VERSION,
         }
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock: IO[bytes] | None = lock_dataset(self.root)
@@ -169,13 +171,16 @@ class DatasetWriter:
         success: bool = False,
         is_intervention: bool = False,
         policy_version: int = 0,
-        timestamp: float | None = None,
+        measured_timestamp: float | None = None,
     ) -> None:
         """Buffer one step: ``frame`` holds every declared vector and camera; the keywords describe the step's outcome.
 
         A camera's value is an (H, W, 3) uint8 RGB array, or ``None`` when the camera delivered no frame for this step
-        (the previous frame is encoded again and ``is_dropped.<camera>`` marks the step). ``timestamp`` (s) defaults
-        to frame_index / fps. A terminated or truncated step must be the episode's last.
+        (the previous frame is encoded again and ``camera.<name>.is_dropped`` marks the step).
+        ``measured_timestamp``: when the step was measured, s since the episode start, by the robot's or the sim's
+        clock (default frame_index / fps); it must increase. The ``timestamp`` column is always frame_index / fps,
+        the time LeRobot looks the step's video frames up at. A terminated or truncated step must be the episode's
+        last.
         """
         self._check_open()
         self._episode.add(
@@ -186,7 +191,7 @@ class DatasetWriter:
             success=success,
             is_intervention=is_intervention,
             policy_version=policy_version,
-            timestamp=timestamp,
+            measured_timestamp=measured_timestamp,
         )
 
     def save_episode(self, task: str, metadata: dict[str, Any] | None = None) -> int:
@@ -227,7 +232,8 @@ class DatasetWriter:
         episodes = [*self._episodes, row]
         # before any write: a metadata type clash changes nothing
         episodes_meta = episodes_table(self.root, episodes, self._videos)
-        stats = merge_stats(self._stats, {key: Moments.of(values) for key, values in columns.items()})
+        moments = {key: Moments.of(values) for key, values in columns.items()} | episode.image_stats()
+        stats = merge_stats(self._stats, moments)
         info = {
             **self._info,
             "total_episodes": index + 1,
@@ -305,6 +311,10 @@ class DatasetWriter:
 
     def _open_existing(self, wanted: dict[str, Any], spec: Spec | None, layout_keys: list[str]) -> None:
         stored = Dataset(self.root)
+        if stored.written_by is None:
+            raise DatasetError(
+                self.root, "was written by another tool (no reflexlab_version in info.json); record into a new folder"
+            )
         self._check_matches(stored._info, wanted, spec, layout_keys)
         self._info = {**stored._info, "reflexlab_version": __version__}
         self._tasks, self._episodes, self._stats = stored._tasks, stored._episodes, stored._moments
@@ -398,4 +408,4 @@ class DatasetWriter:
 def _to_arrow(values: np.ndarray, kind: pa.DataType) -> pa.Array:
     if pa.types.is_fixed_size_list(kind):
         return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1), pa.float32()), kind.list_size)
-    return pa.array(values, kind)
+    return pa.array(values.reshape(len(values)), kind)  # a (T, 1) vector becomes a scalar column

@@ -269,8 +269,8 @@ def test_record_with_a_camera_stores_frames_and_their_age(arm: RosArm, tmp_path:
     ep = ds.episode(0)
     frames = list(ds.video_frames(0, "observation.images.scene"))
     assert len(frames) == len(ep["action"]) == 15 and frames[0].shape == (48, 64, 3)
-    ages = ep["observation.images.scene.age_s"][:, 0]
-    fresh = ~ep["is_dropped.observation.images.scene"]
+    ages = ep["camera.scene.age_s"][:, 0]
+    fresh = ~ep["camera.scene.is_dropped"]
     assert np.all(ages[fresh] <= 2 / 30 + 1e-3) and fresh.sum() >= 13, (ages, summary)
     assert summary.dropped_camera_frames == int((~fresh).sum())
 
@@ -362,5 +362,5 @@ def test_record_takes_the_scene_camera_from_a_ros_topic(tmp_path: Path, monkeypa
     assert frames.shape == (20, 120, 160, 3) and summary.steps == 20
     assert np.abs(frames[-1].astype(int) - frames[0].astype(int)).mean() > 0.5  # the arm moved in the picture
     ep = ds.episode(0)
-    fresh = ~ep["is_dropped.observation.images.scene"]
-    assert fresh.sum() >= 17 and np.all(ep["observation.images.scene.age_s"][fresh] < 0.25)
+    fresh = ~ep["camera.scene.is_dropped"]
+    assert fresh.sum() >= 17 and np.all(ep["camera.scene.age_s"][fresh] < 0.25)

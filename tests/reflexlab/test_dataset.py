@@ -250,14 +250,14 @@ def test_writer_refuses_empty_episodes_and_broken_episode_structure(tmp_path: Pa
         with pytest.raises(DatasetError, match="zero-length") as err:
             writer.save_episode("task")
         assert err.value.episode == 0
-        writer.add_frame(toy_frame(0, 0), timestamp=1.0)
+        writer.add_frame(toy_frame(0, 0), measured_timestamp=1.0)
         with pytest.raises(DatasetError) as err:
-            writer.add_frame(toy_frame(0, 1), timestamp=0.75)
-        assert (err.value.key, err.value.episode) == ("timestamp", 0)
-        assert "frame 1 has timestamp 0.75 s, not after frame 0's 1.0 s" in str(err.value)
-        writer.add_frame(toy_frame(0, 1), timestamp=1.5, terminated=True)
+            writer.add_frame(toy_frame(0, 1), measured_timestamp=0.75)
+        assert (err.value.key, err.value.episode) == ("measured_timestamp", 0)
+        assert "frame 1 was measured at 0.75 s, not after frame 0's 1.0 s" in str(err.value)
+        writer.add_frame(toy_frame(0, 1), measured_timestamp=1.5, terminated=True)
         with pytest.raises(DatasetError, match="terminated"):
-            writer.add_frame(toy_frame(0, 2), timestamp=2.0)
+            writer.add_frame(toy_frame(0, 2), measured_timestamp=2.0)
         with pytest.raises(DatasetError) as err:
             writer.save_episode("task", {"length": 3})
         assert err.value.key == "length"

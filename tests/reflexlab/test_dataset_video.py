@@ -30,6 +30,7 @@ from reflexlab.dataset import (
     Dataset,
     DatasetError,
     DatasetWriter,
+    dropped_column,
     load_dataset,
 )
 from reflexlab.dataset import writer as dataset_writer
@@ -80,7 +81,7 @@ def assert_toy_episode(ds: Dataset, i: int, drop: tuple[int, ...] = ()) -> None:
         want = np.zeros(SHAPE) if source is None else toy_image(i, source).astype(float)
         error = np.abs(frames[t].astype(float) - want)
         assert error.mean() < 4.0 and error.max() <= 16, f"episode {i} frame {t}: error {error.mean()}/{error.max()}"
-    np.testing.assert_array_equal(ep[f"is_dropped.{CAMERA}"], [t in drop for t in range(length)])
+    np.testing.assert_array_equal(ep[dropped_column(CAMERA)], [t in drop for t in range(length)])
     meta = ds.episode_meta(i)
     assert meta[f"videos/{CAMERA}/dropped_frames"] == len(drop)
     assert meta[f"videos/{CAMERA}/to_timestamp"] == pytest.approx(length / FPS)
@@ -122,7 +123,7 @@ def test_camera_frames_round_trip_with_lerobot_metadata(tmp_path: Path) -> None:
     )
     assert feature["info"]["video.codec"] == "h264" and feature["info"]["video.pix_fmt"] == "yuv420p"
     assert feature["info"]["video.fps"] == FPS and feature["info"]["video.is_depth_map"] is False
-    assert info["features"][f"is_dropped.{CAMERA}"] == {"dtype": "bool", "shape": [1], "names": None}
+    assert info["features"][dropped_column(CAMERA)] == {"dtype": "bool", "shape": [1], "names": None}
     columns = pq.read_schema(tmp_path / EPISODES_PATH).names
     for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp"):
         assert f"videos/{CAMERA}/{name}" in columns
@@ -147,12 +148,12 @@ def test_writer_refuses_bad_cameras_and_names_backward_timestamps(tmp_path: Path
             assert (err.value.key, err.value.episode) == (CAMERA, 0)
         with pytest.raises(DatasetError, match="pass None") as err:
             writer.add_frame(vectors)
-        writer.add_frame({**vectors, CAMERA: np.zeros(SHAPE, np.uint8)}, timestamp=2.0)
-        writer.add_frame({**vectors, CAMERA: np.zeros(SHAPE, np.uint8)}, timestamp=2.5)
+        writer.add_frame({**vectors, CAMERA: np.zeros(SHAPE, np.uint8)}, measured_timestamp=2.0)
+        writer.add_frame({**vectors, CAMERA: np.zeros(SHAPE, np.uint8)}, measured_timestamp=2.5)
         with pytest.raises(DatasetError) as err:
-            writer.add_frame({**vectors, CAMERA: np.zeros(SHAPE, np.uint8)}, timestamp=2.25)
+            writer.add_frame({**vectors, CAMERA: np.zeros(SHAPE, np.uint8)}, measured_timestamp=2.25)
         message = str(err.value)
-        assert err.value.key == "timestamp" and "episode 0" in message and "frame 2" in message
+        assert err.value.key == "measured_timestamp" and "episode 0" in message and "frame 2" in message
         assert "2.25" in message and "2.5" in message
         writer.discard_episode()
         assert not list(tmp_path.rglob("*.tmp")), "discarding must remove the episode's temp video"
