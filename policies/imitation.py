@@ -31,17 +31,33 @@ from sim.registry import get_task
 
 
 def load_episodes(
-    root: Path, image_keys: tuple[str, ...] = (), image_size: tuple[int, int] | None = None
+    root: Path,
+    image_keys: tuple[str, ...] = (),
+    image_size: tuple[int, int] | None = None,
+    spec_if_none: Spec | None = None,
 ) -> tuple[list[dict[str, Any]], Spec, Dataset]:
     """Episodes as {"obs", "action"} arrays plus the dataset's Spec; every problem names the episode.
 
     With ``image_keys``, each episode also gets "images" (T, K, 3, H, W) uint8: the decoded frames of the
     video features ``observation.images.<key>``, resized (antialiased bilinear) to ``image_size`` (H, W)
     when given and different. A camera the dataset lacks is a `ValueError` naming it and the dataset.
+    ``spec_if_none``: the Spec of a dataset that records none (one written by LeRobot's own writer); its
+    observation.state and action must have the Spec's sizes.
     """
     dataset = load_dataset(root)  # validates keys, shapes, NaN, empty episodes
+    spec = dataset.spec or spec_if_none
+    if spec is None:
+        raise ValueError(
+            f"{root}: the dataset records no reflexlab Spec (meta/info.json reflexlab_spec; a dataset written by "
+            "LeRobot has none): name the task it was recorded on (--task)"
+        )
     if dataset.spec is None:
-        raise ValueError(f"{root}: the dataset records no reflexlab Spec (meta/info.json reflexlab_spec)")
+        wanted = {"observation.state": (spec.policy_obs.size,), "action": (spec.action.size,)}
+        for key, shape in wanted.items():
+            if dataset.vector_features[key] != shape:
+                raise ValueError(
+                    f"{root}: {key} has shape {dataset.vector_features[key]}, task {spec.task}'s Spec needs {shape}"
+                )
     videos = dataset.video_features
     missing = [k for k in image_keys if IMAGE_PREFIX + k not in videos]
     if missing:
@@ -59,7 +75,7 @@ def load_episodes(
                 [_frames(dataset, i, IMAGE_PREFIX + k, image_size) for k in image_keys], axis=1
             )
         episodes.append(episode)
-    return episodes, dataset.spec, dataset
+    return episodes, spec, dataset
 
 
 def _frames(dataset: Dataset, episode: int, key: str, size: tuple[int, int] | None) -> np.ndarray:
@@ -155,6 +171,7 @@ def train_bc_run(
     image_keys: tuple[str, ...] = (),
     image_size: tuple[int, int] | None = None,
     batch_size: int = TrainConfig.batch_size,
+    task: str | None = None,
 ) -> Path:
     """Train a teacher (diffusion | flow, or MeanFlow from data) on a dataset; returns its checkpoint.
 
@@ -163,13 +180,15 @@ def train_bc_run(
 
     ``image_keys`` adds cameras (video features ``observation.images.<key>``) to the state, each
     frame resized to ``image_size`` (H, W; default: the first camera's recorded size); their frames
-    are decoded into memory once (K × 3·H·W bytes per step: 28 kB at 96×96).
+    are decoded into memory once (K × 3·H·W bytes per step: 28 kB at 96×96). ``task`` names the task a
+    dataset without a reflexlab Spec (written by LeRobot) was recorded on.
     """
 
     image_keys = tuple(image_keys)
     if image_keys and image_size is None:
         image_size = camera_size(load_dataset(dataset), image_keys)
-    episodes, spec, _ = load_episodes(dataset, image_keys, image_size)
+    task_spec = None if task is None else get_task(task).spec()
+    episodes, spec, _ = load_episodes(dataset, image_keys, image_size, task_spec)
     images = tuple(ImageInput(k, *image_size) for k in image_keys) if image_size else ()
     spec = chunked(spec, obs_horizon, horizon, execution_horizon, images)
     options = PolicyOptions(down_dims=down_dims)
@@ -229,7 +248,8 @@ def distill_run(
     12,000 (a consistency student scored the same either way, ~0.95 / 0.84). ``dagger`` adds rounds
     on the states the student visits (`policies.generative.dagger`; by default 1 for a state-only
     student); ``init`` goes on from a student run or checkpoint of the same method and teacher
-    instead of starting from the teacher.
+    instead of starting from the teacher. A dataset without a reflexlab Spec (written by LeRobot) is read
+    as recorded on the teacher's task.
 
     ``meanflow_endpoint_weight`` (MeanFlow, default 1): also regress the one-step jump onto the teacher's
     sample from the same noise (`meanflow.MeanFlow`), which the MeanFlow identity alone reaches only
@@ -243,7 +263,7 @@ def distill_run(
     _, teacher_spec, _, ckpt = load_generative(teacher)
     t = teacher_spec
     size = (t.images[0].height, t.images[0].width) if t.images else None
-    episodes, spec, _ = load_episodes(dataset, tuple(i.name for i in t.images), size)
+    episodes, spec, _ = load_episodes(dataset, tuple(i.name for i in t.images), size, spec_if_none=t)
     ta = t.execution_horizon if execution_horizon is None else execution_horizon
     spec = chunked(spec, t.observation_horizon, t.action_chunk, ta, t.images)
     options = PolicyOptions(

@@ -30,6 +30,7 @@ def bc(
     lr: float = TrainConfig.lr,
     image_keys: tuple[str, ...] = (),
     image_size: tuple[int, int] | None = None,
+    task: str | None = None,
 ) -> None:
     """Train a generative teacher (1-D U-Net over action chunks, EMA) on demonstrations.
 
@@ -48,6 +49,8 @@ def bc(
         image_keys: cameras the policy reads beside the state (the dataset's video features
             observation.images.KEY, e.g. side); none = state only.
         image_size: HEIGHT WIDTH the camera frames are resized to (default: as recorded).
+        task: the task the demonstrations were recorded on, for a dataset that records no reflexlab
+            Spec (one written by LeRobot's own tools); e.g. panda-push-t.
     """
     from policies.imitation import train_bc_run
 
@@ -66,5 +69,6 @@ def bc(
         lr=lr,
         image_keys=image_keys,
         image_size=image_size,
+        task=task,
     )
     print(f"checkpoint: {ckpt}\ntensorboard --logdir {run_dir}")

@@ -15,8 +15,12 @@ def export_mcap(
 ) -> None:
     """Convert one recorded episode to a rosbag2 MCAP bag (for ros2 bag, Foxglove, PlotJuggler).
 
-    Messages are stamped with the episode's wall-clock start when it was recorded by `reflexlab record`
-    (episode metadata ``start_unix_ns``), else from 0.
+    Every per-step column becomes a topic (vectors, reward, end flags, success, interventions, policy_version,
+    dropped-frame flags), each camera a sensor_msgs/Image whose frame_id is the camera's name, and the task and
+    episode metadata (success, end reason, seed, ...) one latched JSON message on /episode; the topic table is in
+    `deploy.mcap_export`. All topics share one clock: each step's messages are stamped with the episode's
+    wall-clock start when it was recorded by `reflexlab record` (episode metadata ``start_unix_ns``, else 0) plus
+    the step's measured time (its nominal timestamp in datasets that have no measured one).
 
     Args:
         dataset: the dataset folder (reflexlab record, reflexlab demos).
