@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
+from rclpy._rclpy_pybind11 import RCLError  # what publish raises once the context is shut down
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Int64
@@ -215,7 +216,12 @@ class SceneCamera:
                     renderer.update_scene(data, camera=CAMERA)
                     self.msg.data = renderer.render().tobytes()
                     self.msg.header.stamp = stamp
-                    self.pub.publish(self.msg)
+                    try:
+                        self.pub.publish(self.msg)
+                    except RCLError:
+                        if self.bridge.context.ok():
+                            raise
+                        return  # ROS shut down (SIGINT/SIGTERM) before the node closed this thread
                     self.frames += 1
                 self._stop.wait(max(0.0, next_t - time.monotonic()))
         finally:
