@@ -6,11 +6,12 @@ long episode never sits in RAM. h264/yuv420p because every player, browser, PyAV
 LeRobot) because training reads frames at random. yuv420p is lossy and halves chroma resolution, so depth images
 (which need exact 16-bit values) are not supported: that would need a lossless codec (FFV1 gray16le in MKV, or PNG
 files), which LeRobot's video path does not read. A camera frame that did not arrive is given as ``None``: the
-previous frame is encoded again (video frame i stays step i) and the step's ``is_dropped.KEY`` column says so; the
-episodes parquet counts them per episode in ``videos/KEY/dropped_frames``. `Dataset.video_frames` reads frames by
-step. LeRobot instead looks a step's frame up at ``from_timestamp + timestamp``, which agrees only while the
-``timestamp`` column stays within its 1e-4 s tolerance of frame_index / fps (the default timestamps do). stats.json
-holds no camera statistics yet: a LeRobot policy that normalises images by dataset stats needs them.
+previous frame is encoded again (video frame i stays step i) and the step's ``camera.<name>.is_dropped`` column
+says so; the episodes parquet counts them per episode in ``videos/KEY/dropped_frames``. `Dataset.video_frames` reads
+frames by step. LeRobot instead looks a step's frame up at ``from_timestamp + timestamp``, which agrees because the
+``timestamp`` column is exactly frame_index / fps (the reader refuses one more than 1e-4 s, LeRobot's tolerance,
+off). stats.json holds each camera's per-channel statistics (`reflexlab.dataset.stats`), which LeRobot's
+normaliser uses.
 """
 
 from __future__ import annotations
