@@ -1,11 +1,16 @@
 """Export a checkpoint to ONE self-contained ONNX file and verify it against torch.
 
-The file takes observations in physical units (the Spec's per-term scales and any running
-normaliser are baked in), has a dynamic batch dimension, and carries the Spec and the checkpoint
-hash in ``metadata_props``: a robot needs nothing but this file and its own Spec to check that
-the two agree. rsl-rl's own exporter writes ``.onnx`` + ``.onnx.data`` with batch 1, which is
-why we export here. Plain policies (obs → action) and one-step generators (obs history + noise →
-action chunk, `export_generator`) share the writer, so both artefacts obey the same contract.
+The file takes observations in physical units (a PPO policy's per-term Spec scales and any running
+normaliser, a generative policy's min-max normalisers, are baked in), has a dynamic batch
+dimension, and carries the Spec and the checkpoint hash in ``metadata_props``: a robot needs
+nothing but this file and its own Spec to check that the two agree. Beside them the file describes
+itself for a user with onnxruntime alone (`deploy.artifact.interface_metadata`): what each input
+holds, what the graph already applies, how a raw action becomes a robot target, a generator's noise
+and chunk layout. What the graph applies is stated by whoever built the traced module
+(`GraphFacts`), never guessed from the Spec. rsl-rl's own exporter writes ``.onnx`` + ``.onnx.data``
+with batch 1, which is why we export here. Plain policies (obs → action) and one-step generators
+(obs history + noise → action chunk, `export_generator`) share the writer, so both artefacts obey
+the same contract.
 """
 
 from __future__ import annotations
@@ -27,7 +32,9 @@ from deploy.artifact import (
     NOISE_NAME,
     OUTPUT_NAME,
     ExportError,
+    GraphFacts,
     image_input_names,
+    interface_metadata,
     read_metadata,
     spec_of,
 )
@@ -42,12 +49,22 @@ OPSET = 18
 
 
 class PhysicalUnitsPolicy(nn.Module):
-    """obs (physical units) → Spec scales → rsl-rl actor (normaliser + MLP + mean)."""
+    """obs (physical units) → Spec scales → rsl-rl actor (normaliser + MLP + mean).
+
+    ``facts`` says so for the file's readers, read off the modules wrapped (rsl-rl's normaliser is an
+    Identity when ``obs_normalization`` is off).
+    """
 
     def __init__(self, policy: LoadedPolicy) -> None:
         super().__init__()
         self.inner = policy.actor.as_onnx(verbose=False)
         self.register_buffer("scales", torch.tensor(policy.spec.policy_obs.scales(), dtype=torch.float32))
+        running = not isinstance(self.inner.obs_normalizer, nn.Identity)
+        self.facts = GraphFacts(
+            spec_scales=True,
+            obs_normalization="running_mean_std" if running else "none",
+            output=f"the mean of the actor's {type(policy.actor.distribution).__name__}, nothing sampled",
+        )
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return self.inner(obs * self.scales)
@@ -62,10 +79,11 @@ def export_policy(policy: LoadedPolicy, out: Path, checkpoint_sha256: str) -> No
         "profile": policy.info["profile"],
     }
     dummy = torch.zeros(1, policy.spec.policy_obs.size)
-    _write(PhysicalUnitsPolicy(policy).eval(), (dummy,), [INPUT_NAME], OUTPUT_NAME, policy.spec, meta, "policy", out)
+    module = PhysicalUnitsPolicy(policy).eval()
+    _write(module, (dummy,), [INPUT_NAME], OUTPUT_NAME, policy.spec, module.facts, meta, out)
 
 
-def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[str, str]) -> None:
+def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[str, str], facts: GraphFacts) -> None:
     """Write a one-step generator (action-chunk model) as ONE ONNX file with the Spec in its metadata.
 
     ``module.forward(obs, noise)`` takes obs (B, observation_horizon, obs_size) in physical units,
@@ -73,8 +91,10 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
     (B, action_chunk, action_size) ~ N(0, I); it returns raw actions (B, action_chunk, action_size),
     index 0 aligned with the oldest observation (see `deploy.artifact`). A Spec with ``images`` adds one
     argument per camera after the noise, uint8 (B, observation_horizon, 3, height, width), exported as
-    the input ``image.<name>``. ``metadata`` (e.g. the
-    checkpoint's ``checkpoint_sha256``, the teacher, the distillation run) is stored beside the Spec.
+    the input ``image.<name>``. ``metadata`` (e.g. the checkpoint's ``checkpoint_sha256``, the teacher,
+    the distillation run) is stored beside the Spec; keys starting ``reflexlab_`` are the exporter's.
+    ``facts`` states what ``module`` does inside (observation scaling, output clipping, sampling method),
+    written into the file for its readers.
     The module's output shape is checked first, so a mismatch is an `ExportError` naming both shapes
     rather than a file that fails at serve time.
     """
@@ -83,9 +103,9 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
             f"the Spec is not a generator's (action_chunk {spec.action_chunk}, observation_horizon "
             f"{spec.observation_horizon}): export a plain obs → action policy with export_policy"
         )
-    bad = sorted(k for k, v in metadata.items() if k == "reflexlab_spec" or not isinstance(v, str))
+    bad = sorted(k for k, v in metadata.items() if k.startswith("reflexlab_") or not isinstance(v, str))
     if bad:
-        raise ExportError(f"metadata keys {bad}: values must be strings and 'reflexlab_spec' is reserved")
+        raise ExportError(f"metadata keys {bad}: values must be strings and keys starting 'reflexlab_' are reserved")
     module = module.eval()
     obs = torch.zeros(1, spec.observation_horizon, spec.policy_obs.size)
     noise = torch.zeros(1, spec.action_chunk, spec.action.size)
@@ -96,7 +116,7 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
     if got != want:
         raise ExportError(f"generator output has shape {got} for noise {want}; it must equal the noise's (B, H, A)")
     names = [INPUT_NAME, NOISE_NAME, *image_input_names(spec)]
-    _write(module, (obs, noise, *images), names, CHUNK_OUTPUT_NAME, spec, metadata, "generator", out)
+    _write(module, (obs, noise, *images), names, CHUNK_OUTPUT_NAME, spec, facts, metadata, out)
 
 
 def _write(
@@ -105,11 +125,12 @@ def _write(
     input_names: list[str],
     output_name: str,
     spec: Spec,
+    facts: GraphFacts,
     metadata: dict[str, str],
-    kind: str,
     out: Path,
 ) -> None:
-    """Trace ``module`` to one self-contained ONNX file: batch dynamic, Spec + ``metadata`` in metadata_props."""
+    """Trace ``module`` to one self-contained ONNX file: batch dynamic; the Spec, ``metadata`` and the file's
+    self-description (from ``facts``) in metadata_props, the description's prose also as the model's doc_string."""
     buf = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -124,11 +145,12 @@ def _write(
             dynamo=False,
         )
     model = onnx.load_from_string(buf.getvalue())
-    meta = {"reflexlab_spec": spec.to_json(), "reflexlab_version": __version__, **metadata}
+    interface = interface_metadata(spec, facts)
+    meta = {"reflexlab_spec": spec.to_json(), "reflexlab_version": __version__, **interface, **metadata}
     for k, v in meta.items():
         entry = model.metadata_props.add()
         entry.key, entry.value = k, v
-    model.doc_string = f"reflexlab {kind} for {spec.robot} / {spec.task}"
+    model.doc_string = interface["reflexlab_usage"]
     onnx.checker.check_model(model, full_check=True)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +214,28 @@ def export_verified_policy(
     }
 
 
+def generative_facts(policy: GenerativePolicy, steps: int) -> GraphFacts:
+    """What `OneStepGenerator` / `MultiStepSampler` of ``policy`` do inside.
+
+    Observations go through the policy's min-max normaliser (the Spec's scales are not used: a
+    min-max map fitted on the data absorbs any fixed per-term factor), and every method's sampler
+    ends by clipping the normalised chunk to [-1, 1], which is the action normaliser's training-data
+    range in raw units: that range is what the graph clips raw actions to.
+    """
+    with torch.no_grad():
+        ends = policy.action_norm.unnormalize(torch.tensor([[-1.0], [1.0]]).expand(2, policy.cfg.action_dim))
+    lower, upper = (tuple(float(v) for v in row) for row in ends.double())
+    return GraphFacts(
+        spec_scales=False,
+        obs_normalization="min_max",
+        output=f"a {policy.method} sample ({steps} network evaluation{'s' if steps != 1 else ''}) for the given "
+        "noise, in the actions' physical units",
+        action_bounds=(lower, upper),
+        method=policy.method,
+        steps=steps,
+    )
+
+
 def export_verified_generator(
     policy: GenerativePolicy,
     spec: Spec,
@@ -226,7 +270,7 @@ def export_verified_generator(
         "teacher_sha256": str(extra.get("teacher_sha256", "")),
         "task": spec.task,
     }
-    export_generator(module, spec, out, meta)
+    export_generator(module, spec, out, meta, generative_facts(policy, steps))
     noise = np.random.default_rng(0).standard_normal((len(obs), spec.action_chunk, spec.action.size))
     err = verify_generator(module, out, obs, noise.astype(np.float32), images)
     tolerance = tolerance if one_step else sampler_tolerance
@@ -248,6 +292,7 @@ __all__ = [
     "export_generator",
     "export_verified_generator",
     "export_verified_policy",
+    "generative_facts",
     "read_metadata",
     "spec_of",
     "verify",

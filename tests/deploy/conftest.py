@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from deploy.artifact import GraphFacts
 from deploy.onnx_export import export_generator
 from reflexlab.spec import Spec
 from sim.registry import get_task
@@ -43,6 +44,12 @@ class TinyGenerator(nn.Module):
         return 0.5 * self.ramp * z[:, None, :] + 0.1 * noise
 
 
+# What TinyGenerator does inside, as its export states it: the Spec's scales, nothing clipped.
+TINY_FACTS = GraphFacts(
+    spec_scales=True, obs_normalization="none", output="0.5 (1 + h / (H - 1)) tanh(W · scaled history) + 0.1 noise"
+)
+
+
 class Generator(NamedTuple):
     path: Path
     module: TinyGenerator
@@ -53,5 +60,6 @@ class Generator(NamedTuple):
 def generator(tmp_path_factory: pytest.TempPathFactory) -> Generator:
     module = TinyGenerator(GENERATOR_SPEC).eval()
     path = tmp_path_factory.mktemp("generator") / "generator.onnx"
-    export_generator(module, GENERATOR_SPEC, path, {"checkpoint_sha256": "0" * 64, "teacher": "none (test)"})
+    meta = {"checkpoint_sha256": "0" * 64, "teacher": "none (test)"}
+    export_generator(module, GENERATOR_SPEC, path, meta, TINY_FACTS)
     return Generator(path, module, GENERATOR_SPEC)

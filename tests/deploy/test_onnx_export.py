@@ -11,6 +11,7 @@ from deploy.onnx_export import ExportError, export_generator, read_metadata, spe
 from policies.checkpoint import file_sha256
 from reflexlab.cli import main
 from sim.registry import get_task
+from tests.deploy.conftest import TINY_FACTS
 
 
 def test_parity_with_torch(exported) -> None:
@@ -53,7 +54,7 @@ def test_normalisation_is_baked_in(exported) -> None:
 
 def test_inspect_prints_the_spec(exported, capsys) -> None:
     path, _ = exported
-    main(["inspect", str(path)])
+    main(["inspect", str(path), "--json"])
     shown = json.loads(capsys.readouterr().out)
     assert shown["spec"]["task"] == "quadruped-walk"
     assert shown["spec"]["action"]["names"][0] == "FR_hip_joint"
@@ -91,10 +92,10 @@ def test_generator_export_refuses_wrong_modules_and_specs(generator, tmp_path: P
             return noise[:, :1] + obs[:, -1:, :12]
 
     with pytest.raises(ExportError, match=r"output has shape \(1, 1, 12\) for noise \(1, 8, 12\)"):
-        export_generator(OneStep(), spec, tmp_path / "g.onnx", {})
+        export_generator(OneStep(), spec, tmp_path / "g.onnx", {}, TINY_FACTS)
     plain = dataclasses.replace(spec, action_chunk=1, execution_horizon=1, observation_horizon=1)
     with pytest.raises(ExportError, match="export_policy"):
-        export_generator(module, plain, tmp_path / "g.onnx", {})
+        export_generator(module, plain, tmp_path / "g.onnx", {}, TINY_FACTS)
     with pytest.raises(ExportError, match="reserved"):
-        export_generator(module, spec, tmp_path / "g.onnx", {"reflexlab_spec": "{}"})
+        export_generator(module, spec, tmp_path / "g.onnx", {"reflexlab_spec": "{}"}, TINY_FACTS)
     assert not (tmp_path / "g.onnx").exists()
