@@ -429,8 +429,9 @@ class Dataset:
         table = table.slice(0, needed)
         values = {key: self._column_values(table, key, starts, group) for key in self._columns}
         self._check_indices(values, base, starts, lengths, group)
-        moments = {key: Moments.of(v) for key, v in values.items()}
-        self._moments = merge_stats(self._moments, moments)
+        for start, length in zip(starts, lengths, strict=True):  # per episode, as the writer merged them
+            episode = {key: Moments.of(v[start : start + length]) for key, v in values.items()}
+            self._moments = merge_stats(self._moments, episode)
 
     def _check_columns(self, table: pa.Table, episode: int) -> None:
         for key in self._columns:

@@ -117,13 +117,16 @@ def check_windows(ds: Dataset, windows: dict, meta: dict) -> None:
 def check_stats(ds: Dataset, meta: dict) -> None:
     stats = meta["stats"]
     ours = ds.stats
+    names = ("mean", "std", "min", "max", "q01", "q10", "q50", "q90", "q99")  # what LeRobot's normalisers read
     for key in ds.vector_features:
-        for stat in ("mean", "std", "min", "max"):
+        for stat in names:
             np.testing.assert_allclose(np.ravel(stats[key][stat]), np.ravel(ours[key][stat]), rtol=1e-5, atol=1e-6)
+        values = our_steps(ds)[key].reshape(ds.num_frames, -1)
+        np.testing.assert_allclose(np.ravel(stats[key]["mean"]), values.mean(axis=0), rtol=1e-5, atol=1e-6)
     for key in ds.video_features:
         frames = our_steps(ds)[key].reshape(-1, 3) / 255.0
         mean = np.asarray(stats[key]["mean"])
-        assert mean.shape == (3, 1, 1) and np.asarray(stats[key]["std"]).shape == (3, 1, 1), key
+        assert all(np.asarray(stats[key][stat]).shape == (3, 1, 1) for stat in names), key
         # the writer's stats are of the frames it encoded, LeRobot decodes h264: equal up to compression
         np.testing.assert_allclose(mean.ravel(), frames.mean(axis=0), atol=0.01)
         assert stats[key]["count"] == [ds.num_frames]

@@ -352,3 +352,29 @@ def test_sigkill_while_recording_video_never_loses_a_saved_episode(tmp_path: Pat
     for i in range(ds.num_episodes):
         assert_toy_episode(ds, i)
     assert len(list(root.rglob("*.mp4"))) == ds.num_episodes and not list(root.rglob("*.tmp"))
+
+
+def test_camera_stats_are_lerobots_per_channel_form_over_every_encoded_frame(tmp_path: Path) -> None:
+    """stats.json: per channel (3, 1, 1) in [0, 1], count in frames, q01..q99; exact across a reopened writer."""
+    drops = {0: (), 1: (1,), 2: (0, 2)}
+    encoded = []
+    for session in ((0, 1), (2,)):  # the second session reopens the dataset: its stats come back from stats.json
+        with DatasetWriter(tmp_path, FPS, "toy", FEATURES, videos=VIDEOS) as writer:
+            for episode in session:
+                record_toy_episode(writer, drop=drops[episode])
+    for episode, drop in drops.items():
+        held = np.zeros(SHAPE, np.uint8)  # what the encoder got: a dropped step repeats the last frame (black first)
+        for t in range(toy_length(episode)):
+            held = held if t in drop else toy_image(episode, t)
+            encoded.append(held)
+    pixels = np.stack(encoded).reshape(len(encoded), -1, 3).astype(np.float64)
+    stats = json.loads((tmp_path / "meta" / "stats.json").read_text())[CAMERA]
+    assert stats["count"] == [len(encoded)] == [load_dataset(tmp_path).num_frames]
+    for name in ("mean", "std", "min", "max", "q01", "q10", "q50", "q90", "q99"):
+        assert np.asarray(stats[name]).shape == (3, 1, 1), name
+    np.testing.assert_allclose(np.ravel(stats["mean"]), pixels.reshape(-1, 3).mean(axis=0) / 255, rtol=1e-9)
+    np.testing.assert_allclose(np.ravel(stats["std"]), pixels.reshape(-1, 3).std(axis=0) / 255, rtol=1e-9)
+    np.testing.assert_array_equal(np.ravel(stats["max"]), pixels.reshape(-1, 3).max(axis=0) / 255)
+    per_frame = np.quantile(pixels, 0.5, axis=1, method="inverted_cdf")  # merged as LeRobot merges them
+    np.testing.assert_allclose(np.ravel(stats["q50"]), per_frame.mean(axis=0) / 255, rtol=1e-9)
+    assert load_dataset(tmp_path).stats[CAMERA] == stats
