@@ -7,13 +7,17 @@ Each sub-command does what a LeRobot user would do with a dataset folder and wri
   windows queried with ``delta_timestamps``, ``meta.stats`` -> OUT/items.npz, OUT/windows.npz, OUT/meta.json.
 * ``train ROOT``: one optimiser step of LeRobot's diffusion policy on ROOT through LeRobot's own pre-processor,
   normalising with the dataset's stats; prints the loss and which features the normaliser had stats for.
+* ``workers ROOT OUT``: the items again through a ``DataLoader`` with 2 worker processes (as LeRobot's trainer
+  reads), frames and indices -> OUT/workers.npz.
 * ``aggregate OUT ROOT...``: ``aggregate_datasets`` of the ROOTs into OUT, then loads OUT.
 * ``write ARRAYS OUT``: a dataset written by LeRobot's own writer (``LeRobotDataset.create``/``add_frame``/
   ``save_episode``) from the episodes in ARRAYS (npz: ``ep{i}.{feature}``; images as uint8 HWC), fps/task in its
   ``meta`` entry.
 
-DataLoader workers are not used: decoding frames in the parent before workers start fails the same way on a dataset
-LeRobot wrote itself (a LeRobot/torchcodec behaviour, noted in issue 21), so these checks stay in one process.
+Decoding a frame in the parent before DataLoader workers start breaks the workers' decoding ("Could not push packet
+to decoder: Invalid data found when processing input"): LeRobot caches torchcodec decoders per file and the forked
+workers inherit them. It happens the same way on a dataset LeRobot's own writer made, so it is LeRobot's behaviour,
+not our files': ``workers`` starts its workers before anything is decoded, as LeRobot's trainer does.
 """
 
 from __future__ import annotations
@@ -98,6 +102,17 @@ def train(root: Path) -> None:
     print(json.dumps({"loss": float(loss), "normalised": normalised, "images": list(policy.config.image_features)}))
 
 
+def workers(root: Path, out: Path) -> None:
+    dataset = LeRobotDataset(REPO_ID, root=root)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=8, num_workers=2)
+    seen: dict[str, list[np.ndarray]] = {"index": []}
+    for batch in loader:
+        seen["index"].append(batch["index"].numpy())
+        for key in dataset.meta.video_keys:
+            seen.setdefault(key, []).append(_frame_uint8(batch[key]))
+    np.savez(out / "workers.npz", **{key: np.concatenate(values) for key, values in seen.items()})
+
+
 def aggregate(out: Path, roots: list[Path]) -> None:
     from lerobot.datasets.aggregate import aggregate_datasets
 
@@ -141,9 +156,11 @@ if __name__ == "__main__":
         load(Path(args[0]), Path(args[1]))
     elif command == "train":
         train(Path(args[0]))
+    elif command == "workers":
+        workers(Path(args[0]), Path(args[1]))
     elif command == "aggregate":
         aggregate(Path(args[0]), [Path(a) for a in args[1:]])
     elif command == "write":
         write(Path(args[0]), Path(args[1]))
     else:
-        raise SystemExit(f"unknown command {command!r}: load, train, aggregate or write")
+        raise SystemExit(f"unknown command {command!r}: load, workers, train, aggregate or write")

@@ -143,6 +143,15 @@ def test_lerobot_loads_our_demos_aligned(kind: str, lerobot: LeRobot, request: p
     check_stats(ds, meta)
 
 
+def test_lerobot_dataloader_workers_decode_our_frames(lerobot: LeRobot, demos_camera: Path, tmp_path: Path) -> None:
+    """Through 2 DataLoader worker processes, as LeRobot's trainer reads: every frame at its index, pixel-identical."""
+    lerobot("workers", demos_camera, tmp_path)
+    seen = np.load(tmp_path / "workers.npz")
+    ours = our_steps(load_dataset(demos_camera))
+    np.testing.assert_array_equal(seen["index"], ours["index"])
+    np.testing.assert_array_equal(seen[CAMERA], ours[CAMERA])
+
+
 @pytest.mark.realtime
 def test_lerobot_loads_a_sim_as_real_recording_frame_aligned(lerobot: LeRobot, tmp_path: Path) -> None:
     """``record`` against the arm bridge (its scene camera over ROS): measured times jitter, frames still align."""
