@@ -27,6 +27,7 @@ VERBS: dict[str, str] = {
     "record": "record",
     "export-mcap": "export_mcap",
     "bench": "bench",
+    "dataset": "dataset",
 }
 
 # What a user can fix from the command line ends with one line and exit code 2, not a traceback: the

@@ -37,6 +37,7 @@ from reflexlab.dataset.layout import (
     videos_of,
 )
 from reflexlab.dataset.stats import Moments, merge_stats, stats_json
+from reflexlab.dataset.video import decode_frames
 from reflexlab.spec import Spec
 
 _INFO_KEYS = ("codebase_version", "fps", "features", "data_path", "chunks_size", "total_episodes", "total_frames")
@@ -182,27 +183,17 @@ class Dataset:
         episodes (LeRobot concatenates them) are read from ``from_timestamp`` on. Raises `DatasetError` if the file
         cannot be decoded or holds fewer frames than the episode has steps.
         """
-        import imageio_ffmpeg  # only camera datasets need ffmpeg
-
         path = self.video_path(i, key)
         height, width, _ = self._videos[key]
         length = self._episodes[i]["length"]
         first = round(self._episodes[i][f"videos/{key}/from_timestamp"] * self.fps)
         count = 0
-        # -nostdin: ffmpeg 9 otherwise prints "Press [q] to stop" into the middle of the stream line
-        # that imageio-ffmpeg parses for the frame size, and a short file then fails to open at random.
-        reader = imageio_ffmpeg.read_frames(str(path), pix_fmt="rgb24", input_params=["-nostdin"])
         try:
-            meta = next(reader)
-            if tuple(meta["size"]) != (width, height):
-                raise self._error(f"{path.name} is {meta['size']} pixels, the feature is {(width, height)}", i, key)
-            for raw in itertools.islice(reader, first, first + length):
-                yield np.frombuffer(raw, np.uint8).reshape(height, width, 3)
+            for frame in decode_frames(path, height, width, first, length):
+                yield frame
                 count += 1
         except (OSError, RuntimeError, StopIteration) as err:
             raise self._error(f"cannot decode {path}: {err}", i, key) from err
-        finally:
-            reader.close()
         if count != length:
             raise self._error(f"{path.name} holds {count} frames from frame {first}, the episode has {length}", i, key)
 

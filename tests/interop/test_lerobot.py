@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -23,12 +24,15 @@ import pytest
 from policies.generative.dagger import DaggerConfig
 from policies.imitation import distill_run, load_generative, train_bc_run
 from reflexlab.dataset import Dataset, load_dataset
+from reflexlab.dataset.upgrade import upgrade_dataset
 from sim.demos import record_demos
 
 REPO = Path(__file__).resolve().parents[2]
 LEROBOT_PYTHON = REPO / ".venv-lerobot" / "bin" / "python"
 SIDE = Path(__file__).with_name("lerobot_side.py")
 CAMERA = "observation.images.side"
+
+FORMAT1 = REPO / "tests" / "reflexlab" / "data" / "format1"  # written by the writer before LeRobot could read it
 
 LeRobot = Callable[..., str]
 
@@ -150,6 +154,18 @@ def test_lerobot_dataloader_workers_decode_our_frames(lerobot: LeRobot, demos_ca
     ours = our_steps(load_dataset(demos_camera))
     np.testing.assert_array_equal(seen["index"], ours["index"])
     np.testing.assert_array_equal(seen[CAMERA], ours[CAMERA])
+
+
+def test_lerobot_loads_a_dataset_migrated_by_dataset_upgrade(lerobot: LeRobot, tmp_path: Path) -> None:
+    """A recording from the old writer (measured timestamps, one-element lists), after `reflexlab dataset upgrade`."""
+    root = tmp_path / "old"
+    shutil.copytree(FORMAT1, root)
+    upgrade_dataset(root, keep_backup=False)
+    ds = load_dataset(root)
+    items, windows, meta = lerobot_reads(lerobot, root, tmp_path / "read")
+    check_items_match(ds, items, meta)
+    check_windows(ds, windows, meta)
+    check_stats(ds, meta)
 
 
 @pytest.mark.realtime
