@@ -71,6 +71,32 @@ def demos_camera(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def rl_rollouts(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What an RL loop records: interventions, policy versions, rewards, successes, a camera that drops frames."""
+    from reflexlab.dataset import DatasetWriter
+    from reflexlab.tasks.panda_push_t.spec import make_spec
+
+    spec = make_spec()
+    out = tmp_path_factory.mktemp("rl") / "ds"
+    rng = np.random.default_rng(0)
+    features = {"observation.state": (spec.policy_obs.size,), "action": (2,), "policy.action": (2,)}
+    with DatasetWriter(out, spec.control_rate_hz, spec.robot, features, spec, videos={CAMERA: (48, 64, 3)}) as w:
+        for episode in range(3):
+            length = 12 + 3 * episode
+            for t in range(length):
+                image = None if t in (0, 5) and episode == 1 else rng.integers(0, 255, (48, 64, 3), np.uint8)
+                action = rng.normal(size=2)
+                w.add_frame(
+                    {"observation.state": rng.normal(size=spec.policy_obs.size), "action": action,
+                     "policy.action": action + (t % 4 == 1), CAMERA: image},
+                    reward=float(t == length - 1), terminated=t == length - 1, success=t == length - 1 and episode != 2,
+                    is_intervention=4 <= t < 8, policy_version=episode, measured_timestamp=t * 0.1 + 0.003 * (t % 3),
+                )  # fmt: skip
+            w.save_episode("push the T onto the target", {"round": episode})
+    return out
+
+
 def lerobot_reads(lerobot: LeRobot, root: Path, out: Path) -> tuple[dict, dict, dict]:
     out.mkdir(parents=True, exist_ok=True)
     lerobot("load", root, out)
@@ -136,8 +162,10 @@ def check_stats(ds: Dataset, meta: dict) -> None:
         assert stats[key]["count"] == [ds.num_frames]
 
 
-@pytest.mark.parametrize("kind", ["demos_state", "demos_camera"])
-def test_lerobot_loads_our_demos_aligned(kind: str, lerobot: LeRobot, request: pytest.FixtureRequest, tmp_path: Path):
+@pytest.mark.parametrize("kind", ["demos_state", "demos_camera", "rl_rollouts"])
+def test_lerobot_loads_our_datasets_aligned(
+    kind: str, lerobot: LeRobot, request: pytest.FixtureRequest, tmp_path: Path
+):
     root = request.getfixturevalue(kind)
     ds = load_dataset(root)
     items, windows, meta = lerobot_reads(lerobot, root, tmp_path / "read")

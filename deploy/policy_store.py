@@ -1,0 +1,209 @@
+"""The folder of versioned policies where a real-world RL learner publishes and the actor picks up.
+
+Actor (robot side: env, policy, recorder) and learner (critics, updates, export) meet only through the dataset folder
+and this one, so they can run on two machines over a shared or synced folder (NFS, rsync, Syncthing)::
+
+    <store>/v000003.onnx            the exported policy: Spec and self-description in its metadata
+    <store>/v000003.json            its commit record, written LAST: version, round, size and sha256 of the .onnx,
+                                    export parity error and the tolerance it passed, the Spec, when
+    <store>/v000004.rejected.json   a version the learner refused to deploy (parity, non-finite weights), and why
+
+Publishing writes the ONNX (temp file, fsync, rename), then the record the same way: the record's rename is the
+commit point. A reader takes a version only when its record exists and the .onnx has the recorded size and sha256,
+so a copy half-synced in any order is invisible until it is complete, and a learner killed mid-publish leaves only
+debris that no reader takes (the next publish uses a new number). Versions only grow; a version number is never
+reused, rejected ones included, so ``policy_version`` in a dataset names one file forever.
+
+Torch-free: the actor imports this on the robot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from deploy.artifact import spec_of
+from deploy.step_actor import StepActor
+from reflexlab.errors import UserFacingError
+from reflexlab.io import replace_atomically, write_json_atomically
+from reflexlab.spec import Spec, SpecMismatchError
+
+_NAME = re.compile(r"v(\d{6})(\.rejected)?\.json$")
+RECORD_FORMAT = 1
+
+
+class PolicyStoreError(ValueError, UserFacingError):
+    """A store, version or file that must not be deployed; the message names the file and why."""
+
+
+@dataclass(frozen=True)
+class PolicyVersion:
+    """One committed version: its number, its ONNX file and its commit record."""
+
+    version: int
+    path: Path
+    record: dict[str, Any]
+
+    @property
+    def round(self) -> int:
+        return int(self.record["round"])
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+class PolicyStore:
+    """The versioned policy folder at ``root`` (created on first publish)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    # learner side --------------------------------------------------------------------------------------------------
+    def publish(
+        self, onnx_file: Path, *, round: int, parity_error: float, tolerance: float, info: dict[str, Any] | None = None
+    ) -> PolicyVersion:
+        """Deploy ``onnx_file`` as the next version, or record it as rejected and raise `PolicyStoreError`.
+
+        ``parity_error``: the export check's max |onnxruntime − torch| on recorded observations; a version over
+        ``tolerance`` (or non-finite) is never deployed and the actor keeps the last good one. ``info``: anything
+        else worth keeping with the version (losses, OPE estimate, dataset episodes it was trained on).
+        """
+        version = self._next_version()
+        record = {
+            "format": RECORD_FORMAT,
+            "version": version,
+            "round": int(round),
+            "parity_error": float(parity_error),
+            "tolerance": float(tolerance),
+            "created_unix_ns": time.time_ns(),
+            **(info or {}),
+        }
+        if not (math.isfinite(parity_error) and parity_error <= tolerance):
+            self.reject(version, f"export parity error {parity_error:.3g} over the tolerance {tolerance:.3g}", record)
+        try:
+            spec = spec_of(Path(onnx_file))
+        except Exception as err:  # a file onnx cannot parse: named, never deployed
+            self.reject(version, f"{onnx_file} is not a readable reflexlab ONNX file: {err}", record)
+        self.root.mkdir(parents=True, exist_ok=True)
+        target = self.onnx_path(version)
+        replace_atomically(target, lambda tmp: shutil.copyfile(onnx_file, tmp))
+        record |= {"onnx": target.name, "bytes": target.stat().st_size, "sha256": _sha256(target)}
+        record["spec"] = spec.to_dict()
+        write_json_atomically(self._record_path(version), record)  # the commit point
+        return PolicyVersion(version, target, record)
+
+    def reject(self, version: int, reason: str, record: dict[str, Any] | None = None) -> NoReturn:
+        """Record that ``version`` will never be deployed, and raise `PolicyStoreError` saying why."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        rejected = {**(record or {"version": version}), "rejected": reason}
+        write_json_atomically(self.root / f"v{version:06d}.rejected.json", rejected)
+        raise PolicyStoreError(f"policy store {self.root}: version {version} rejected, not deployed: {reason}")
+
+    # actor side ----------------------------------------------------------------------------------------------------
+    def versions(self) -> list[PolicyVersion]:
+        """The committed versions, oldest first (records whose file is not (yet) complete are left out)."""
+        found = (self._verified(version, path) for version, path in self._records())
+        return [version for version in found if version is not None]
+
+    def rejected(self) -> dict[int, str]:
+        """Version -> why it was refused."""
+        out = {}
+        for path in sorted(self.root.glob("v*.rejected.json")) if self.root.is_dir() else []:
+            out[int(_NAME.fullmatch(path.name)[1])] = json.loads(path.read_text())["rejected"]  # type: ignore[index]
+        return out
+
+    def latest(self, spec: Spec | None = None, after: int = -1) -> PolicyVersion | None:
+        """The newest committed version newer than ``after``, or None.
+
+        ``spec``: the robot's; a newest version for another robot or task raises `PolicyStoreError` naming the file
+        and the field (the store is one task's: deploying past it would hide a learner configured for another).
+        """
+        newest = None
+        for version, record_path in reversed(self._records()):
+            if version <= after:
+                return None
+            newest = self._verified(version, record_path)
+            if newest is not None:
+                break
+        if newest is None:
+            return None
+        if spec is not None:
+            try:
+                spec.check_compatible(Spec.from_dict(newest.record["spec"]), context=f"policy {newest.path}")
+            except SpecMismatchError as err:
+                raise PolicyStoreError(f"{newest.path} is for another robot or task: {err}") from err
+        return newest
+
+    # internals -----------------------------------------------------------------------------------------------------
+    def onnx_path(self, version: int) -> Path:
+        return self.root / f"v{version:06d}.onnx"
+
+    def _record_path(self, version: int) -> Path:
+        return self.root / f"v{version:06d}.json"
+
+    def _records(self) -> list[tuple[int, Path]]:
+        """(version, record file) of every commit record, oldest first, whole or not."""
+        paths = sorted(self.root.glob("v*.json")) if self.root.is_dir() else []
+        matches = ((_NAME.fullmatch(path.name), path) for path in paths)
+        return [(int(m[1]), path) for m, path in matches if m is not None and not m[2]]
+
+    def _next_version(self) -> int:
+        """One past every number ever used, committed or rejected or half-published (so none is ever reused)."""
+        names = (re.match(r"v(\d{6})", path.name) for path in self.root.glob("v*")) if self.root.is_dir() else ()
+        return max((int(m[1]) for m in names if m is not None), default=0) + 1
+
+    def _verified(self, version: int, record_path: Path) -> PolicyVersion | None:
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            return None  # a record being synced: taken once it is whole
+        path = self.onnx_path(version)
+        if not path.is_file() or path.stat().st_size != record.get("bytes") or _sha256(path) != record.get("sha256"):
+            return None
+        return PolicyVersion(version, path, record)
+
+
+class PolicyFollower:
+    """The actor's view of the store: a `StepActor` on the newest deployable version, swapped only between episodes.
+
+    A version that cannot be deployed (another robot's or task's Spec, a file onnxruntime refuses, a generator with
+    cameras for a state-only actor) is skipped once, its reason kept in `skipped`, and the actor goes on with the
+    last good one: a learner's mistake never stops the robot. ``version`` 0 is the initial policy (no learner
+    version yet), ``initial`` its file, if any.
+    """
+
+    def __init__(self, store: PolicyStore, robot_spec: Spec, *, seed: int = 0, initial: Path | None = None) -> None:
+        self.store = store
+        self.robot_spec = robot_spec
+        self.seed = seed
+        self.version = 0
+        self.actor: StepActor | None = None if initial is None else StepActor(initial, robot_spec, seed=seed)
+        self.skipped: dict[int, str] = {}
+
+    def refresh(self) -> PolicyVersion | None:
+        """Deploy the newest version newer than the current one; returns it, or None when nothing changed."""
+        candidates = [v for v in self.store.versions() if v.version > self.version and v.version not in self.skipped]
+        for candidate in reversed(candidates):
+            try:
+                self.robot_spec.check_compatible(
+                    Spec.from_dict(candidate.record["spec"]), context=f"policy {candidate.path}"
+                )
+                actor = StepActor(candidate.path, self.robot_spec, seed=self.seed + candidate.version)
+            except Exception as err:  # whatever the file's fault, the robot keeps the last good policy
+                self.skipped[candidate.version] = f"{candidate.path}: {type(err).__name__}: {err}"
+                continue
+            self.actor, self.version = actor, candidate.version
+            return candidate
+        return None
