@@ -141,7 +141,8 @@ class PolicyStore:
             return None
         if spec is not None:
             try:
-                spec.check_compatible(Spec.from_dict(newest.record["spec"]), context=f"policy {newest.path}")
+                stored = Spec.from_dict(newest.record["spec"])
+                spec.task_interface().check_compatible(stored.task_interface(), context=f"policy {newest.path}")
             except SpecMismatchError as err:
                 raise PolicyStoreError(f"{newest.path} is for another robot or task: {err}") from err
         return newest
@@ -197,8 +198,8 @@ class PolicyFollower:
         candidates = [v for v in self.store.versions() if v.version > self.version and v.version not in self.skipped]
         for candidate in reversed(candidates):
             try:
-                self.robot_spec.check_compatible(
-                    Spec.from_dict(candidate.record["spec"]), context=f"policy {candidate.path}"
+                self.robot_spec.task_interface().check_compatible(
+                    Spec.from_dict(candidate.record["spec"]).task_interface(), context=f"policy {candidate.path}"
                 )
                 actor = StepActor(candidate.path, self.robot_spec, seed=self.seed + candidate.version)
             except Exception as err:  # whatever the file's fault, the robot keeps the last good policy

@@ -53,7 +53,10 @@ class _OnnxModel:
         if self.spec.is_generator != self.generator:
             raise ModelKindError(_wrong_loader(self.path, self.spec, type(self).__name__))
         if robot_spec is not None:
-            robot_spec.check_compatible(self.spec, context=f"model {self.path.name} vs robot")
+            # a chunk model's horizons are its own business: the robot checks the task it was trained for
+            robot_spec.task_interface().check_compatible(
+                self.spec.task_interface(), context=f"model {self.path.name} vs robot"
+            )
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = threads
         opts.inter_op_num_threads = 1

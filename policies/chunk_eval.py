@@ -77,7 +77,7 @@ def evaluate_chunks(
     """
     entry = get_task(spec.task)
     require_kind(entry, "demo", "chunk-policy evaluation")
-    entry.spec().check_compatible(_plain(spec), context=f"policy vs task {spec.task}")
+    entry.spec().check_compatible(spec.task_interface(), context=f"policy vs task {spec.task}")
     env = entry.task_class(len(seeds), episode_steps or entry.config().episode_steps)
     if spec.images and not hasattr(env, "render"):
         raise ValueError(f"the policy reads cameras but task {spec.task}'s scene env renders none")
@@ -151,10 +151,3 @@ class _Filming:
 
     def close(self) -> None:
         self.renderer.close()
-
-
-def _plain(spec: Spec) -> Spec:
-    """The Spec without its chunking fields and camera inputs: what the task itself declares."""
-    import dataclasses
-
-    return dataclasses.replace(spec, action_chunk=1, execution_horizon=1, observation_horizon=1, images=())

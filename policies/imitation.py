@@ -109,11 +109,6 @@ def chunked(
     )
 
 
-def plain(spec: Spec) -> Spec:
-    """The task's own Spec under a chunk policy's (the horizons set back to 1, no camera inputs)."""
-    return chunked(spec, 1, 1, 1)
-
-
 def is_generative(run_or_ckpt: Path) -> bool:
     """Whether a run folder / checkpoint holds a generative policy (rather than an rsl-rl PPO actor)."""
 
@@ -134,7 +129,7 @@ def load_generative(run_or_ckpt: Path) -> tuple[GenerativePolicy, Spec, dict[str
 def check_generative_task(run_or_ckpt: Path, task: str) -> None:
     """Refuse a generative checkpoint trained for another task than ``task``, naming the differing Spec field."""
 
-    get_task(task).spec().check_compatible(plain(load_generative(run_or_ckpt)[1]), context=f"task {task}")
+    get_task(task).spec().check_compatible(load_generative(run_or_ckpt)[1].task_interface(), context=f"task {task}")
 
 
 def observation_windows(

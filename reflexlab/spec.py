@@ -173,6 +173,14 @@ class Spec:
                 f"runs past action_chunk {self.action_chunk}"
             )
 
+    def task_interface(self) -> Spec:
+        """The task's own Spec under a chunk policy's: horizons back to 1, no camera inputs.
+
+        What a robot's Spec says: how a policy reads its history and plans its chunks is the policy's business, so a
+        robot compares this part only (`check_compatible` on both sides' task interface).
+        """
+        return dataclasses.replace(self, observation_horizon=1, action_chunk=1, execution_horizon=1, images=())
+
     @property
     def is_generator(self) -> bool:
         """True for action-chunk models: their ONNX file also takes ``noise`` and outputs ``action_chunk``."""

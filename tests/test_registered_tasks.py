@@ -49,7 +49,7 @@ def _vec_task(entry: TaskEntry, tmp_path: Path) -> Spec:
 
 
 def _demo_task(entry: TaskEntry, tmp_path: Path) -> Spec:
-    from policies.imitation import evaluate_generative_run, plain, train_bc_run
+    from policies.imitation import evaluate_generative_run, train_bc_run
     from reflexlab.cli.export import export_generative_checkpoint
     from sim.demos import record_demos
 
@@ -70,4 +70,4 @@ def _demo_task(entry: TaskEntry, tmp_path: Path) -> Spec:
     export_generative_checkpoint(run, out, steps=2, num_obs=16, dataset=demos)
     chunked = spec_of(out)
     assert (chunked.action_chunk, chunked.observation_horizon) == (16, 2)  # train_bc_run's horizons
-    return plain(chunked)  # the task's interface, one step at a time
+    return chunked.task_interface()  # the task's interface, one step at a time

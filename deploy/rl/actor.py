@@ -1,0 +1,118 @@
+"""The actor: collects episodes on a `SingleEnv` with the newest deployed policy, forever resumable.
+
+Each episode runs the policy the store had when it started (versions are swapped between episodes, never inside
+one, and the robot is never stopped for it) and is committed to the dataset with that ``policy_version`` on every
+step. Episode k of the dataset runs seed ``seed + k`` and the actor stops when the dataset holds ``episodes``
+episodes, so an actor killed at any moment and started again loses at most the episode in flight, repeats no
+committed episode and counts none twice: the dataset's commit point is the only bookkeeping.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from deploy.policy_store import PolicyFollower, PolicyStore
+from real.record import RecordSummary, features_of, record_episodes
+from reflexlab.dataset import DatasetWriter
+from reflexlab.env import SingleEnv
+from reflexlab.errors import UserFacingError
+
+
+class NoPolicyError(RuntimeError, UserFacingError):
+    """The learner deployed no usable version in time."""
+
+
+@dataclass
+class ActorOptions:
+    """What the actor collects.
+
+    Attributes:
+        episodes: stop when the dataset holds this many episodes (a restarted actor goes on from where it is).
+        seed: episode k of the dataset runs seed + k.
+        wait_for_policy_s: how long to wait for the learner's first version before giving up.
+        poll_s: how often to look for it meanwhile.
+    """
+
+    episodes: int
+    seed: int = 0
+    wait_for_policy_s: float = 600.0
+    poll_s: float = 0.5
+
+
+@dataclass
+class ActorSummary:
+    """What this run of the actor did (a restarted actor's earlier runs are in the dataset, not here)."""
+
+    episodes: int = 0
+    versions: dict[int, int] = field(default_factory=dict)  # policy version -> episodes run with it
+    skipped: dict[int, str] = field(default_factory=dict)  # versions never deployed, and why
+    record: RecordSummary = field(default_factory=RecordSummary)
+
+
+def run_actor(
+    env: SingleEnv,
+    dataset: Path,
+    store: PolicyStore,
+    options: ActorOptions,
+    *,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> ActorSummary:
+    """Collect episodes into ``dataset`` until it holds ``options.episodes``; returns what this run did."""
+    follower = PolicyFollower(store, env.spec, seed=options.seed)
+    summary = ActorSummary()
+    spec = env.spec
+    with DatasetWriter(dataset, spec.control_rate_hz, spec.robot, features_of(env), spec) as writer:
+        while writer.num_episodes < options.episodes:
+            deployed = follower.refresh()
+            for version, why in follower.skipped.items():
+                if version not in summary.skipped:
+                    summary.skipped[version] = why
+                    log(f"actor: version {version} not deployed, keeping version {follower.version}: {why}")
+            if deployed is not None:
+                log(f"actor: deployed version {deployed.version} (round {deployed.round}) from {deployed.path}")
+            if follower.actor is None:
+                _wait_for_first_version(follower, options)
+                continue
+            actor = follower.actor
+            k = writer.num_episodes
+            record_episodes(
+                env,
+                writer,
+                actor.act,
+                1,
+                seed=options.seed + k,
+                policy_version=follower.version,
+                reset_actor=actor.reset,
+                on_episode=lambda _, s: _merge(summary.record, s),
+            )
+            summary.episodes += 1
+            summary.versions[follower.version] = summary.versions.get(follower.version, 0) + 1
+            log(f"actor: episode {k} (seed {options.seed + k}, version {follower.version}) committed")
+    return summary
+
+
+def _wait_for_first_version(follower: PolicyFollower, options: ActorOptions) -> None:
+    deadline = time.monotonic() + options.wait_for_policy_s
+    while follower.refresh() is None:
+        if time.monotonic() > deadline:
+            skipped = "; ".join(follower.skipped.values()) or "none published"
+            raise NoPolicyError(
+                f"no policy deployed in {follower.store.root} after {options.wait_for_policy_s:g} s ({skipped}): "
+                "is the learner running?"
+            )
+        time.sleep(options.poll_s)
+
+
+def _merge(total: RecordSummary, episode: RecordSummary) -> None:
+    """Add one single-episode `record_episodes` summary to the run's."""
+    total.episodes += episode.episodes
+    total.steps += episode.steps
+    total.successes += episode.successes
+    total.intervention_steps += episode.intervention_steps
+    total.dropped_camera_frames += episode.dropped_camera_frames
+    for reason, count in episode.end_reasons.items():
+        total.end_reasons[reason] = total.end_reasons.get(reason, 0) + count
