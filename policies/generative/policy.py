@@ -221,23 +221,27 @@ class GenerativePolicy(nn.Module):
         noise: torch.Tensor | None = None,
         images: torch.Tensor | None = None,
         step_weights: torch.Tensor | None = None,
+        sample_weights: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean training loss on raw obs (B, To, n) and action chunks (B, H, A), plus scalars to log.
 
         ``noise`` (B, H, A), MeanFlow only: the noise each chunk was sampled from by a teacher
         (a coupled pair, see `teacher_samples`) instead of independent draws. ``images``: see `condition`.
-        ``step_weights`` (H,), MeanFlow only: see `consistency.chunk_step_weights`.
+        ``step_weights`` (H,), MeanFlow only: see `consistency.chunk_step_weights`. ``sample_weights`` (B,):
+        each sample's weight in the batch mean (advantage-weighted BC, `policies.rl.habc`: weights averaging 1
+        keep the loss's scale).
         """
         if self.objective is None:
             raise ValueError(f"a {self.method} student learns from a teacher: use consistency.distillation_loss")
         cond = self.condition(obs, images)
         x0 = self.action_norm.normalize(actions)
         if self.info.coupled_loss:
-            loss = self.objective.loss(self._net_fn(cond), x0, noise, step_weights).mean()
+            per_sample = self.objective.loss(self._net_fn(cond), x0, noise, step_weights)
         elif noise is not None or step_weights is not None:
             raise ValueError(f"coupled noise and step weights are for MeanFlow students, not a {self.method} policy")
         else:
-            loss = self.objective.loss(self._net_fn(cond), x0).mean()
+            per_sample = self.objective.loss(self._net_fn(cond), x0)
+        loss = per_sample.mean() if sample_weights is None else (per_sample * sample_weights).mean()
         logs = {f"{self.method}_loss": loss.item()}
         w = self.cfg.options.dispersive_weight
         if w > 0:

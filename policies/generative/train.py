@@ -107,6 +107,50 @@ def train_teacher(episodes: Episodes, cfg: TrainConfig, run_dir: Path, spec_json
     return _fit(policy, loss_fn, windows, ema, cfg, Path(run_dir), extra)
 
 
+class WeightedWindows:
+    """`ChunkWindows` with a weight per window (per current step), drawn with it: (obs, action, weight[, images])."""
+
+    def __init__(self, windows: ChunkWindows, weights: torch.Tensor) -> None:
+        if weights.shape != (len(windows),) or not torch.isfinite(weights).all() or (weights < 0).any():
+            raise ValueError(f"need one finite weight >= 0 per step ({len(windows)}), got {tuple(weights.shape)}")
+        self.windows, self.weights = windows, weights.float()
+
+    def __len__(self) -> int:
+        return len(self.windows)
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        obs, action, *images = self.windows.gather(idx)
+        return (obs, action, self.weights[idx], *images)
+
+
+def finetune_weighted(
+    checkpoint: Path, episodes: Episodes, weights: Any, cfg: TrainConfig, run_dir: Path, extra: dict[str, Any]
+) -> Path:
+    """Go on training a policy from data (diffusion, flow, MeanFlow) with a weight per step of ``episodes``.
+
+    Advantage-weighted BC (HABC, `policies.rl.habc`): ``weights`` holds one weight per step, the episodes' steps in
+    order. Training starts from the checkpoint's raw weights with a fresh EMA (its warm-up follows the new weights
+    from the first step); the observation and action normalisers are kept, so the deployed action range does not
+    move under a robot. ``extra`` is stored with the checkpoint beside the original's Spec.
+    """
+    policy, stored = GenerativePolicy.load(checkpoint, use_ema=False)
+    if policy.objective is None:
+        raise ValueError(f"{checkpoint} is a {policy.method} student: fine-tune the policy it was distilled from")
+    spec = Spec.from_dict(stored["spec"])
+    windows = _windows(episodes, spec)
+    _check_images(windows, policy.cfg.options, spec)
+    batches = WeightedWindows(windows, torch.as_tensor(weights))
+    torch.manual_seed(cfg.seed)
+    policy.train().requires_grad_(True).to(cfg.device)
+    ema = EMA(policy, max_decay=cfg.ema_max_decay)
+
+    def loss_fn(obs: torch.Tensor, actions: torch.Tensor, w: torch.Tensor, images: torch.Tensor | None = None) -> Loss:
+        return policy.loss(obs, actions, images=images, sample_weights=w)
+
+    info = {**stored, **extra, "role": stored.get("role", "teacher"), "finetuned_from": str(checkpoint)}
+    return _fit(policy, loss_fn, batches, ema, cfg, Path(run_dir), info)
+
+
 def distill_student(
     teacher_ckpt: Path,
     episodes: Episodes,

@@ -11,15 +11,24 @@ The paper (arXiv 2606.17043) publishes no formulas; these are ours (issue 22 ask
 * the gate ``g = σ(κ (V_via(s) − θ))``: while success from s is uncertain (V_via below θ) the viability advantage
   decides; once it is likely, the efficiency one. ``A = (1 − g) A_via + g A_eff``.
 * weights ``w = min(exp(A / β), w_max)`` (advantage-weighted regression, clipped so that one lucky transition cannot
-  dominate), normalised to mean 1 over the policy's transitions so that the BC loss keeps its scale. A person's
+  dominate), normalised to mean 1 over all the policy's transitions of the dataset at once (per episode, a run
+  of good steps would be normalised back to 1 and lose its credit) so that the BC loss keeps its scale. A person's
   transitions get ``human_weight`` (default 1: plain BC on what the person did).
+
+`habc_update` is one learner round: critics fit on the dataset so far, weights, a weighted fine-tune of the policy.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
+
+from policies.generative.train import TrainConfig, finetune_weighted
+from policies.rl.credit import episode_credit
+from policies.rl.critics import CriticConfig, ValueCritic
+from reflexlab.dataset import load_dataset
 
 
 @dataclass(frozen=True)
@@ -73,3 +82,80 @@ def transition_weights(advantage: np.ndarray, by_policy: np.ndarray, weighting: 
     if len(raw):
         weights[by_policy] = raw / raw.mean()
     return weights
+
+
+@dataclass(frozen=True)
+class HabcConfig:
+    """One HABC update: credit rules, the critics, the weighting and the weighted-BC fine-tune."""
+
+    weighting: HabcWeighting = field(default_factory=HabcWeighting)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    aware: bool = True  # False: the ablation, credit across intervention boundaries
+    train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(max_steps=2000, warmup_steps=100, checkpoint_every=10**9)
+    )
+
+
+@dataclass(frozen=True)
+class HabcUpdate:
+    """What an update did: the new checkpoint, and numbers for the round log."""
+
+    checkpoint: Path
+    episodes: int
+    policy_steps: int
+    person_steps: int
+    successful_segments: int
+    viability_mse: float
+    efficiency_mse: float | None
+    weight_max: float
+    weight_effective_fraction: float  # (Σw)² / (n Σw²) over the policy's steps: 1 = uniform, → 0 = a few dominate
+
+
+def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConfig = HabcConfig()) -> HabcUpdate:
+    """Fit the two critics on ``dataset``'s episodes, weigh every step, fine-tune ``checkpoint`` with those weights.
+
+    The critics read the policy observation (``observation.state``); the policy trains on the episodes' windows as
+    in imitation. Raises `CreditError` for an episode without outcome columns and `FloatingPointError` when a
+    critic or the fine-tune diverges (the round is then rejected, nothing deployed).
+    """
+    ds = load_dataset(dataset)
+    w = config.weighting
+    episodes, credits = [], []
+    for i in range(ds.num_episodes):
+        steps = ds.episode(i)
+        credits.append(episode_credit(steps, episode=i, gamma_efficiency=w.gamma_efficiency, aware=config.aware))
+        episodes.append({"obs": steps["observation.state"], "action": steps["action"]})
+    obs = np.concatenate([e["obs"] for e in episodes])
+    viability_targets = np.concatenate([c.viability for c in credits])
+    efficiency_targets = np.concatenate([c.efficiency for c in credits])
+    viability = ValueCritic(obs.shape[1], config.critic)
+    viability_mse = viability.fit(obs, viability_targets)
+    efficiency, efficiency_mse = None, None
+    if np.isfinite(efficiency_targets).any():
+        efficiency = ValueCritic(obs.shape[1], config.critic)
+        efficiency_mse = efficiency.fit(obs, efficiency_targets)
+    advantages = []
+    for episode, credit in zip(episodes, credits, strict=True):
+        v_via = viability.values(episode["obs"])
+        if efficiency is None:  # no success yet: how soon means nothing, viability alone decides
+            advantages.append(_next_values(v_via, credit.outcome_next) - v_via)
+        else:
+            advantages.append(merged_advantage(v_via, efficiency.values(episode["obs"]), credit.outcome_next, w))
+    by_policy = np.concatenate([c.by_policy for c in credits])
+    weighted = by_policy if config.aware else np.ones_like(by_policy)  # the ablation weighs the person's steps too
+    all_weights = transition_weights(np.concatenate(advantages), weighted, w)  # normalised over the whole dataset
+    policy_weights = all_weights[weighted]
+    effective = float(policy_weights.sum() ** 2 / (len(policy_weights) * (policy_weights**2).sum()))
+    extra = {"habc": {"aware": config.aware, "dataset": str(dataset), "episodes": ds.num_episodes}}
+    new = finetune_weighted(checkpoint, episodes, all_weights, config.train, run_dir, extra)
+    return HabcUpdate(
+        checkpoint=new,
+        episodes=ds.num_episodes,
+        policy_steps=int(by_policy.sum()),
+        person_steps=int((~by_policy).sum()),
+        successful_segments=sum(int(np.isfinite(c.efficiency).any()) for c in credits),
+        viability_mse=viability_mse,
+        efficiency_mse=efficiency_mse,
+        weight_max=float(all_weights.max()),
+        weight_effective_fraction=effective,
+    )
