@@ -1,0 +1,176 @@
+"""The learner: rounds of HABC updates on the actor's episodes, each exported, checked and deployed as a version.
+
+A round waits until the dataset holds ``episodes_per_round`` committed episodes of the version deployed last, fits
+the critics and fine-tunes the policy on every episode so far (`policies.rl.habc.habc_update`), exports it for the
+actor (the policy's sampler unrolled to ``sampling_steps``), checks onnxruntime against torch on recorded
+observations and publishes it (`deploy.policy_store`): a version over the parity tolerance, or an update that
+diverged, is recorded as rejected and the actor keeps the last good one. Each round appends a row to
+``rounds.jsonl`` (the deployed versions' success, interventions per episode, episode and robot time, the update's
+numbers, the verdict), redraws ``rounds.png`` and logs to TensorBoard.
+
+Resumable: the learner's state (``learner.json``: last round, its checkpoint) is replaced atomically after each
+round; a learner killed after publishing but before saving finds its version in the store (the record names the
+round and the checkpoint) and goes on from there, so no round is trained or deployed twice.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch.utils.tensorboard import SummaryWriter
+
+from deploy.onnx_export import export_verified_generator
+from deploy.policy_store import PolicyStore, PolicyStoreError, PolicyVersion
+from policies.imitation import load_generative, observation_windows
+from policies.rl.habc import HabcConfig, habc_update
+from policies.rl.rounds import append_round, plot_rounds, read_rounds, version_stats
+from reflexlab.dataset import DatasetError, load_dataset
+from reflexlab.io import write_json_atomically
+
+STATE = "learner.json"
+ROUND_LOG = "rounds.jsonl"
+
+
+@dataclass
+class LearnerOptions:
+    """What the learner does each round.
+
+    Attributes:
+        rounds: rounds to run (the initial policy is round 0).
+        episodes_per_round: committed episodes of the deployed version a round waits for.
+        demos: a dataset whose observation histories check each export (the SFT demonstrations).
+        sampling_steps: the deployed policy's sampler steps (DDIM / Euler), unrolled in its ONNX file.
+        parity_tolerance: max |onnxruntime − torch| over the checked chunks (an unrolled sampler compounds float32
+            rounding: see `deploy.onnx_export.export_verified_generator`).
+        poll_s: how often to look for new episodes.
+        habc: the update's settings.
+    """
+
+    rounds: int
+    episodes_per_round: int
+    demos: Path
+    sampling_steps: int = 10
+    parity_tolerance: float = 2e-3
+    poll_s: float = 1.0
+    habc: HabcConfig = field(default_factory=HabcConfig)
+
+
+def run_learner(
+    dataset: Path,
+    store: PolicyStore,
+    run_dir: Path,
+    initial: Path,
+    options: LearnerOptions,
+    *,
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
+) -> list[dict[str, Any]]:
+    """Run the rounds not yet done; returns the whole round log."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    state = _load_state(run_dir, initial)
+    if not store.versions():
+        version = _deploy(store, Path(state["checkpoint"]), run_dir / "round_000", 0, options, {})
+        log(f"learner: deployed the initial policy as version {version.version}")
+    with SummaryWriter(log_dir=str(run_dir / "tensorboard")) as board:
+        for round_ in range(int(state["round"]) + 1, options.rounds + 1):
+            deployed = store.versions()[-1]
+            if deployed.round == round_:  # published before a crash, not yet saved: adopt it
+                state = {"round": round_, "checkpoint": deployed.record["checkpoint"]}
+                write_json_atomically(run_dir / STATE, state)
+                continue
+            _wait_for_episodes(dataset, deployed.version, options, log)
+            row = _round(dataset, store, run_dir, Path(state["checkpoint"]), round_, deployed, options)
+            append_round(run_dir / ROUND_LOG, row)
+            for key, value in row["evaluated"].items():
+                if isinstance(value, float | int):
+                    board.add_scalar(f"round/{key}", value, round_)
+            if row["verdict"] == "deployed":
+                state = {"round": round_, "checkpoint": row["checkpoint"]}
+            else:
+                state = {"round": round_, "checkpoint": state["checkpoint"]}
+            write_json_atomically(run_dir / STATE, state)
+            log(f"learner: round {round_}: {row['verdict']} {row.get('version', '')} {row.get('reason', '')}".strip())
+    stats = version_stats(load_dataset(dataset))
+    if stats:
+        plot_rounds(stats, run_dir / "rounds.png")
+    return read_rounds(run_dir / ROUND_LOG)
+
+
+def _round(
+    dataset: Path,
+    store: PolicyStore,
+    run_dir: Path,
+    checkpoint: Path,
+    round_: int,
+    deployed: PolicyVersion,
+    options: LearnerOptions,
+) -> dict[str, Any]:
+    """Update, export, publish; the row for the round log (the verdict says whether a version was deployed)."""
+    stats = version_stats(load_dataset(dataset))
+    evaluated = asdict(stats[deployed.version])
+    row: dict[str, Any] = {
+        "round": round_,
+        "evaluated": evaluated,  # how the version deployed for this round did on the robot
+        "robot_time_s": sum(s.robot_time_s for s in stats.values()),
+        "time_unix": time.time(),
+    }
+    out = run_dir / f"round_{round_:03d}"
+    try:
+        update = habc_update(dataset, checkpoint, out, options.habc)
+    except (FloatingPointError, ValueError) as err:  # a diverged critic or fine-tune: nothing to deploy
+        return {**row, "verdict": "rejected", "reason": f"round {round_}: update failed: {err}"}
+    row["update"] = {k: v for k, v in asdict(update).items() if k != "checkpoint"}
+    try:
+        version = _deploy(store, update.checkpoint, out, round_, options, {"update": row["update"]})
+    except PolicyStoreError as err:
+        return {**row, "verdict": "rejected", "reason": str(err)}
+    return {**row, "verdict": "deployed", "version": version.version, "checkpoint": str(update.checkpoint)}
+
+
+def _deploy(
+    store: PolicyStore, checkpoint: Path, out: Path, round_: int, options: LearnerOptions, info: dict[str, Any]
+) -> PolicyVersion:
+    """Export ``checkpoint`` unrolled, measure its parity on the demos' observation histories, publish it."""
+    policy, spec, extra, path = load_generative(checkpoint)
+    obs, images = observation_windows(options.demos, spec, 64)
+    out.mkdir(parents=True, exist_ok=True)
+    # the store judges parity against its tolerance, so the exporter only measures it
+    report = export_verified_generator(
+        policy, spec, extra, path, out / "policy.onnx", obs, images, options.sampling_steps,
+        tolerance=math.inf, sampler_tolerance=math.inf,
+    )  # fmt: skip
+    return store.publish(
+        out / "policy.onnx",
+        round=round_,
+        parity_error=report["max_abs_error"],
+        tolerance=options.parity_tolerance,
+        info={**info, "checkpoint": str(checkpoint), "sampling_steps": options.sampling_steps},
+    )
+
+
+def _wait_for_episodes(dataset: Path, version: int, options: LearnerOptions, log: Callable[[str], None]) -> None:
+    said = False
+    while True:
+        try:
+            ran = version_stats(load_dataset(dataset)).get(version)
+        except DatasetError:  # not created yet by the actor
+            ran = None
+        if ran is not None and ran.episodes >= options.episodes_per_round:
+            return
+        if not said:
+            log(f"learner: waiting for {options.episodes_per_round} episodes of version {version}")
+            said = True
+        time.sleep(options.poll_s)
+
+
+def _load_state(run_dir: Path, initial: Path) -> dict[str, Any]:
+    path = run_dir / STATE
+    if path.exists():
+        return json.loads(path.read_text())
+    return {"round": 0, "checkpoint": str(initial)}

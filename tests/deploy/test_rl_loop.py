@@ -1,0 +1,108 @@
+"""Real-world RL's loop end to end on the simulated push-T robot: the actor as its own process, the learner beside it.
+
+Real parts throughout: scripted demonstrations in MuJoCo, a flow policy trained on them (SFT), the learner's HABC
+rounds (critics, weighted fine-tune, export unrolled to ONNX with a parity check, publication), the actor process
+serving each version with onnxruntime and recording crash-safe. Checked: versions deployed in order and picked up
+between episodes, the round log and its plot, and a learner that resumes (after finishing, and after dying between
+publishing a version and saving its state) without training or deploying a round twice.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from deploy.policy_store import PolicyStore
+from deploy.rl import learner as learner_module
+from deploy.rl.learner import LearnerOptions, run_learner
+from policies.generative.train import TrainConfig
+from policies.imitation import train_bc_run
+from policies.rl.critics import CriticConfig
+from policies.rl.habc import HabcConfig
+from reflexlab.dataset import load_dataset
+from sim.demos import record_demos
+
+REPO = Path(__file__).resolve().parents[2]
+ACTOR = """
+import sys
+from pathlib import Path
+from deploy.policy_store import PolicyStore
+from deploy.rl.actor import ActorOptions, run_actor
+from sim.single_env import SimSingleEnv
+
+run_actor(SimSingleEnv("panda-push-t", episode_steps=30), Path(sys.argv[1]), PolicyStore(sys.argv[2]),
+          ActorOptions(1000, seed=7, poll_s=0.05))
+"""
+HABC = HabcConfig(
+    critic=CriticConfig(hidden=32, steps=100),
+    train=TrainConfig(
+        method="flow", max_steps=30, batch_size=32, warmup_steps=5, checkpoint_every=10**9, progress=False
+    ),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sft(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(demos, an SFT flow policy trained on them briefly)."""
+    root = tmp_path_factory.mktemp("sft")
+    record_demos("panda-push-t", 4, root / "demos", seed=0, num_envs=4, progress=False)
+    checkpoint = train_bc_run(
+        "flow", root / "demos", root / "policy", 60, None, 0, obs_horizon=2, horizon=4, execution_horizon=2,
+        progress=False, down_dims=(16, 32), batch_size=32,
+    )  # fmt: skip
+    return root / "demos", checkpoint
+
+
+def start_actor(dataset: Path, store: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-c", ACTOR, str(dataset), str(store)]
+    return subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+
+
+def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
+    sft: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demos, initial = sft
+    dataset, store, run_dir = tmp_path / "rollouts", PolicyStore(tmp_path / "policies"), tmp_path / "learner"
+    options = LearnerOptions(rounds=2, episodes_per_round=2, demos=demos, sampling_steps=4, poll_s=0.05, habc=HABC)
+    actor = start_actor(dataset, store.root)
+    try:
+        rows = run_learner(dataset, store, run_dir, initial, options, log=lambda _: None)
+        # the third round dies after publishing its version, before saving its state
+        real_write = learner_module.write_json_atomically
+
+        def dies_saving(path: Path, value: object) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(learner_module, "write_json_atomically", dies_saving)
+        with pytest.raises(KeyboardInterrupt):
+            run_learner(dataset, store, run_dir, initial, dataclasses.replace(options, rounds=3), log=lambda _: None)
+        monkeypatch.setattr(learner_module, "write_json_atomically", real_write)
+        resumed = run_learner(dataset, store, run_dir, initial, dataclasses.replace(options, rounds=3))
+    finally:
+        actor.send_signal(signal.SIGKILL)
+        actor.wait()
+
+    assert [r["round"] for r in rows] == [1, 2] and all(r["verdict"] == "deployed" for r in rows)
+    assert [v.round for v in store.versions()] == [0, 1, 2, 3]  # round 3 deployed once, adopted on resume
+    assert [r["round"] for r in resumed] == [1, 2, 3] and store.rejected() == {}
+    assert json.loads((run_dir / "learner.json").read_text())["round"] == 3
+    for row, version in zip(rows, (1, 2), strict=True):
+        evaluated = row["evaluated"]
+        assert evaluated["version"] == version and evaluated["episodes"] >= 2 and evaluated["robot_time_s"] > 0
+        assert 0 <= evaluated["success_rate"] <= 1 and evaluated["interventions_per_episode"] == 0
+        assert row["update"]["episodes"] >= 2 * version and np.isfinite(row["update"]["viability_mse"])
+    assert (run_dir / "rounds.png").stat().st_size > 0 and list((run_dir / "tensorboard").glob("events.*"))
+    ds = load_dataset(dataset)
+    versions = [int(ds.episode(i)["policy_version"][0]) for i in range(ds.num_episodes)]
+    assert versions == sorted(versions) and versions[0] == 1 and 2 in versions
+    for version in store.versions():
+        assert version.record["parity_error"] <= options.parity_tolerance
