@@ -7,6 +7,7 @@ and this one, so they can run on two machines over a shared or synced folder (NF
     <store>/v000003.json            its commit record, written LAST: version, round, size and sha256 of the .onnx,
                                     export parity error and the tolerance it passed, the Spec, when
     <store>/v000004.rejected.json   a version the learner refused to deploy (parity, non-finite weights), and why
+    <store>/finished.json           the learner is done: an actor stops at its next episode boundary
 
 Publishing writes the ONNX (temp file, fsync, rename), then the record the same way: the record's rename is the
 commit point. A reader takes a version only when its record exists and the .onnx has the recorded size and sha256,
@@ -37,6 +38,7 @@ from reflexlab.spec import Spec, SpecMismatchError
 
 _NAME = re.compile(r"v(\d{6})(\.rejected)?\.json$")
 RECORD_FORMAT = 1
+FINISHED = "finished.json"  # written by a learner that has deployed its last version
 
 
 class PolicyStoreError(ValueError, UserFacingError):
@@ -111,7 +113,23 @@ class PolicyStore:
         write_json_atomically(self.root / f"v{version:06d}.rejected.json", rejected)
         raise PolicyStoreError(f"policy store {self.root}: version {version} rejected, not deployed: {reason}")
 
+    def finish(self, info: dict[str, Any]) -> None:
+        """Say that the learner has deployed its last version: an actor stops once it sees this (between episodes)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_json_atomically(self.root / FINISHED, {"finished_unix_ns": time.time_ns(), **info})
+
+    def reopen(self) -> None:
+        """Take back `finish`: a learner (re)started for more rounds."""
+        (self.root / FINISHED).unlink(missing_ok=True)
+
     # actor side ----------------------------------------------------------------------------------------------------
+    def finished(self) -> dict[str, Any] | None:
+        """The learner's closing word (`finish`), or None while it is still at work."""
+        try:
+            return json.loads((self.root / FINISHED).read_text())
+        except (OSError, ValueError):
+            return None
+
     def versions(self) -> list[PolicyVersion]:
         """The committed versions, oldest first (records whose file is not (yet) complete are left out)."""
         found = (self._verified(version, path) for version, path in self._records())

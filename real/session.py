@@ -202,17 +202,7 @@ def _record(
     intervention: Intervention | None,
     on_episode: Callable[[int, RecordSummary], None],
 ) -> RecordSummary:
-    if o.sim_as_real:  # the simulated robot lives on this host; never talk to the LAN
-        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    with _maybe_bridge(o), _arm() as arm, _cameras(o.cameras) as cameras:
-        arm.wait_for_state(timeout_s=30.0)
-        env = RealEnv(
-            arm,
-            task,
-            RealEnvConfig(episode_time_s=o.episode_time_s, reset=reset),
-            intervention,
-            detectors=default_detectors(task, intervention),
-        )
+    with arm_env(o, task, reset, intervention) as env, _cameras(o.cameras) as cameras:
         spec = task.spec
         writer = DatasetWriter(
             o.out,
@@ -223,7 +213,7 @@ def _record(
             videos=videos_of(cameras),
         )
         with writer as w:
-            summary = record_episodes(
+            return record_episodes(
                 env,
                 w,
                 actor,
@@ -234,8 +224,29 @@ def _record(
                 on_episode=on_episode,
                 cameras=cameras,  # type: ignore[arg-type]
             )
-        env.close()
-    return summary
+
+
+@contextmanager
+def arm_env(
+    o: RecordOptions, task: ArmTask, reset: tuple[ResetStep, ...], intervention: Intervention | None = None
+) -> Iterator[RealEnv]:
+    """The arm as a `RealEnv` (the real robot's driver, or the arm bridge started here for sim-as-real), held and
+    released on exit: what `reflexlab record` and the real-world RL actor both step."""
+    if o.sim_as_real:  # the simulated robot lives on this host; never talk to the LAN
+        os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    with _maybe_bridge(o), _arm() as arm:
+        arm.wait_for_state(timeout_s=30.0)
+        env = RealEnv(
+            arm,
+            task,
+            RealEnvConfig(episode_time_s=o.episode_time_s, reset=reset),
+            intervention,
+            detectors=default_detectors(task, intervention),
+        )
+        try:
+            yield env
+        finally:
+            env.close()
 
 
 @contextmanager

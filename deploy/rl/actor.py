@@ -31,13 +31,14 @@ class ActorOptions:
     """What the actor collects.
 
     Attributes:
-        episodes: stop when the dataset holds this many episodes (a restarted actor goes on from where it is).
+        episodes: stop when the dataset holds this many episodes (a restarted actor goes on from where it is);
+            None: until the learner says it is finished (`PolicyStore.finish`).
         seed: episode k of the dataset runs seed + k.
         wait_for_policy_s: how long to wait for the learner's first version before giving up.
         poll_s: how often to look for it meanwhile.
     """
 
-    episodes: int
+    episodes: int | None = None
     seed: int = 0
     wait_for_policy_s: float = 600.0
     poll_s: float = 0.5
@@ -61,12 +62,16 @@ def run_actor(
     *,
     log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True),
 ) -> ActorSummary:
-    """Collect episodes into ``dataset`` until it holds ``options.episodes``; returns what this run did."""
+    """Collect episodes into ``dataset`` until it holds ``options.episodes`` or the learner has finished (checked
+    between episodes); returns what this run did."""
     follower = PolicyFollower(store, env.spec, seed=options.seed)
     summary = ActorSummary()
     spec = env.spec
     with DatasetWriter(dataset, spec.control_rate_hz, spec.robot, features_of(env), spec) as writer:
-        while writer.num_episodes < options.episodes:
+        while options.episodes is None or writer.num_episodes < options.episodes:
+            if store.finished() is not None:
+                log(f"actor: the learner has finished; stopping after {writer.num_episodes} episodes")
+                break
             deployed = follower.refresh()
             for version, why in follower.skipped.items():
                 if version not in summary.skipped:

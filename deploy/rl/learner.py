@@ -6,7 +6,8 @@ actor (the policy's sampler unrolled to ``sampling_steps``), checks onnxruntime 
 observations and publishes it (`deploy.policy_store`): a version over the parity tolerance, or an update that
 diverged, is recorded as rejected and the actor keeps the last good one. Each round appends a row to
 ``rounds.jsonl`` (the deployed versions' success, interventions per episode, episode and robot time, the update's
-numbers, the verdict), redraws ``rounds.png`` and logs to TensorBoard.
+numbers, the verdict), redraws ``rounds.png`` and logs to TensorBoard. When the rounds are done (and the last
+version has run its episodes) it tells the actor through the store (`PolicyStore.finish`), and the actor stops.
 
 Resumable: the learner's state (``learner.json``: last round, its checkpoint) is replaced atomically after each
 round; a learner killed after publishing but before saving finds its version in the store (the record names the
@@ -51,6 +52,8 @@ class LearnerOptions:
             rounding: see `deploy.onnx_export.export_verified_generator`).
         poll_s: how often to look for new episodes.
         habc: the update's settings.
+        evaluate_final: after the last round, wait for ``episodes_per_round`` episodes of the last version and log
+            them as a final row (``verdict: final``), so the log says how the policy the rounds ended with does.
     """
 
     rounds: int
@@ -60,6 +63,7 @@ class LearnerOptions:
     parity_tolerance: float = 2e-3
     poll_s: float = 1.0
     habc: HabcConfig = field(default_factory=HabcConfig)
+    evaluate_final: bool = True
 
 
 def run_learner(
@@ -74,6 +78,7 @@ def run_learner(
     """Run the rounds not yet done; returns the whole round log."""
     run_dir.mkdir(parents=True, exist_ok=True)
     state = _load_state(run_dir, initial)
+    store.reopen()  # an actor stopped by an earlier finish is started again for these rounds
     if not store.versions():
         version = _deploy(store, Path(state["checkpoint"]), run_dir / "round_000", 0, options, {})
         log(f"learner: deployed the initial policy as version {version.version}")
@@ -96,9 +101,17 @@ def run_learner(
                 state = {"round": round_, "checkpoint": state["checkpoint"]}
             write_json_atomically(run_dir / STATE, state)
             log(f"learner: round {round_}: {row['verdict']} {row.get('version', '')} {row.get('reason', '')}".strip())
+        final = store.versions()[-1]
+        if options.evaluate_final and not any(
+            r.get("evaluated", {}).get("version") == final.version for r in read_rounds(run_dir / ROUND_LOG)
+        ):
+            _wait_for_episodes(dataset, final.version, options, log)
+            evaluated = asdict(version_stats(load_dataset(dataset))[final.version])
+            append_round(run_dir / ROUND_LOG, {"round": options.rounds + 1, "evaluated": evaluated, "verdict": "final"})
     stats = version_stats(load_dataset(dataset))
     if stats:
         plot_rounds(stats, run_dir / "rounds.png")
+    store.finish({"rounds": options.rounds, "final_version": store.versions()[-1].version})
     return read_rounds(run_dir / ROUND_LOG)
 
 

@@ -28,6 +28,7 @@ VERBS: dict[str, str] = {
     "export-mcap": "export_mcap",
     "bench": "bench",
     "dataset": "dataset",
+    "rl": "rl",
 }
 
 # What a user can fix from the command line ends with one line and exit code 2, not a traceback: the

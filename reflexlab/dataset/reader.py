@@ -249,7 +249,10 @@ class Dataset:
         if not path.exists():
             raise self._error(f"missing {relative}", episode=episode)
         try:
-            return pq.read_table(path, memory_map=True)
+            # One open file, memory-mapped: a writer may replace the file (rename) while it is read, and a path
+            # handed to pyarrow is opened once for the footer and again for the pages, which can then come from
+            # two different versions ("Page was smaller than expected"; a learner reading an actor's dataset).
+            return pq.read_table(pa.memory_map(str(path)))
         except (OSError, pa.ArrowException) as err:
             raise self._error(f"cannot read {relative}: {err}", episode=episode) from err
 

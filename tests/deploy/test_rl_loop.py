@@ -39,7 +39,7 @@ from deploy.rl.actor import ActorOptions, run_actor
 from sim.single_env import SimSingleEnv
 
 run_actor(SimSingleEnv("panda-push-t", episode_steps=30), Path(sys.argv[1]), PolicyStore(sys.argv[2]),
-          ActorOptions(1000, seed=7, poll_s=0.05))
+          ActorOptions(seed=7, poll_s=0.05))
 """
 HABC = HabcConfig(
     critic=CriticConfig(hidden=32, steps=100),
@@ -72,10 +72,15 @@ def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
 ) -> None:
     demos, initial = sft
     dataset, store, run_dir = tmp_path / "rollouts", PolicyStore(tmp_path / "policies"), tmp_path / "learner"
-    options = LearnerOptions(rounds=2, episodes_per_round=2, demos=demos, sampling_steps=4, poll_s=0.05, habc=HABC)
-    actor = start_actor(dataset, store.root)
+    options = LearnerOptions(
+        rounds=2, episodes_per_round=2, demos=demos, sampling_steps=4, poll_s=0.05, habc=HABC, evaluate_final=False
+    )
+    actors = [start_actor(dataset, store.root)]
     try:
         rows = run_learner(dataset, store, run_dir, initial, options, log=lambda _: None)
+        assert store.finished() == {**store.finished(), "rounds": 2, "final_version": 3}
+        actors[0].wait(timeout=60)  # the learner said it was done: the actor stopped by itself
+        actors.append(start_actor(dataset, store.root))  # more rounds: the actor is started again
         # the third round dies after publishing its version, before saving its state
         real_write = learner_module.write_json_atomically
 
@@ -86,14 +91,18 @@ def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
         with pytest.raises(KeyboardInterrupt):
             run_learner(dataset, store, run_dir, initial, dataclasses.replace(options, rounds=3), log=lambda _: None)
         monkeypatch.setattr(learner_module, "write_json_atomically", real_write)
-        resumed = run_learner(dataset, store, run_dir, initial, dataclasses.replace(options, rounds=3))
+        resumed = run_learner(
+            dataset, store, run_dir, initial, dataclasses.replace(options, rounds=3, evaluate_final=True)
+        )
     finally:
-        actor.send_signal(signal.SIGKILL)
-        actor.wait()
+        for actor in actors:
+            actor.send_signal(signal.SIGKILL)
+            actor.wait()
 
     assert [r["round"] for r in rows] == [1, 2] and all(r["verdict"] == "deployed" for r in rows)
     assert [v.round for v in store.versions()] == [0, 1, 2, 3]  # round 3 deployed once, adopted on resume
-    assert [r["round"] for r in resumed] == [1, 2, 3] and store.rejected() == {}
+    assert [r["round"] for r in resumed] == [1, 2, 3, 4] and store.rejected() == {}
+    assert resumed[-1]["verdict"] == "final" and resumed[-1]["evaluated"]["version"] == 4  # how the last one does
     assert json.loads((run_dir / "learner.json").read_text())["round"] == 3
     for row, version in zip(rows, (1, 2), strict=True):
         evaluated = row["evaluated"]
@@ -106,3 +115,26 @@ def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
     assert versions == sorted(versions) and versions[0] == 1 and 2 in versions
     for version in store.versions():
         assert version.record["parity_error"] <= options.parity_tolerance
+
+
+def test_reflexlab_rl_habc_runs_actor_and_learner_and_resumes(sft: tuple[Path, Path], tmp_path: Path) -> None:
+    """The command a user types: the learner here, the actor as its own process, one JSON line; run again, it
+    finds the rounds done and deploys nothing new."""
+    demos, initial = sft
+    command = [
+        sys.executable, "-m", "reflexlab.cli", "rl", "habc", "--initial", str(initial), "--demos", str(demos),
+        "--work-dir", str(tmp_path), "--rounds", "1", "--episodes-per-round", "2", "--episode-time-s", "3",
+        "--sampling-steps", "4", "--update-steps", "20", "--critic-steps", "50",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-3000:]
+    rows = json.loads(first.stdout.strip().splitlines()[-1])["rounds"]
+    assert [r["verdict"] for r in rows] == ["deployed", "final"] and rows[-1]["evaluated"]["version"] == 2
+    assert [v.version for v in PolicyStore(tmp_path / "policies").versions()] == [1, 2]
+    again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout.strip().splitlines()[-1])["rounds"] == rows
+    assert [v.version for v in PolicyStore(tmp_path / "policies").versions()] == [1, 2]
+    ds = load_dataset(tmp_path / "rollouts")
+    assert ds.num_episodes >= 4 and all(len(ds.episode(i)["action"]) <= 30 for i in range(ds.num_episodes))

@@ -1,0 +1,151 @@
+"""`reflexlab rl habc`: real-world RL, the actor (robot, policy, recorder) and the learner as two processes.
+
+They meet only in the work folder: ``rollouts/`` (the dataset the actor records), ``policies/`` (the versions the
+learner deploys, `deploy.policy_store`) and ``learner/`` (checkpoints, ``rounds.jsonl``, ``rounds.png``, TensorBoard).
+By default this process runs the learner and starts the actor beside it; ``--actor-only`` on the robot's computer
+and ``--learner-only`` on a GPU box share the folder (NFS, rsync, Syncthing) instead. Either may be killed at any
+moment and started again with the same command: the actor loses at most the episode in flight, the learner
+resumes at its next round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import tyro
+
+
+@dataclass(frozen=True)
+class Habc:
+    """HABC: advantage-weighted BC from the robot's own episodes, outcome credit only to what the policy executed.
+
+    Each round collects ``episodes-per-round`` episodes with the deployed version, fits the viability and
+    efficiency critics, fine-tunes the policy with per-step weights and deploys it (`policies.rl.habc` says how).
+    """
+
+    initial: Path | None = None
+    """the SFT policy to start from: a bc run folder or checkpoint (learner; e.g. runs/panda-push-t/flow)."""
+    demos: Path = Path("runs/panda-push-t/demos")
+    """the demonstrations: observation histories that check each export (learner)."""
+    work_dir: Path = Path("runs/rl/habc")
+    """rollouts/, policies/ and learner/ live here (shared by actor and learner)."""
+    task: str = "panda-push-t"
+    """an arm task with a simulated scene (and a real-robot adapter for sim-as-real)."""
+    robot: Literal["sim", "sim-as-real"] = "sim"
+    """sim: the task's MuJoCo scene stepped as fast as it goes (robot time = steps x period); sim-as-real: the arm
+    bridge over ROS 2 in real time (actor)."""
+    rounds: int = 5
+    episodes_per_round: int = 10
+    episode_time_s: float = 30.0
+    """time limit per episode (actor)."""
+    sampling_steps: int = 10
+    """the deployed policy's sampler steps (unrolled in its ONNX file)."""
+    update_steps: int = 2000
+    """fine-tune steps per round."""
+    update_lr: float = 1e-3
+    critic_steps: int = 2000
+    """optimiser steps per critic fit."""
+    seed: int = 0
+    """episode k of the dataset runs seed + k."""
+    actor_only: bool = False
+    learner_only: bool = False
+
+    def run(self) -> None:
+        if self.actor_only and self.learner_only:
+            raise ValueError("--actor-only and --learner-only exclude each other (give neither to run both here)")
+        if self.actor_only:
+            self._actor()
+            return
+        if self.initial is None:
+            raise ValueError("the learner needs --initial, the SFT policy to start from (a bc run or checkpoint)")
+        if not self.demos.exists():
+            raise FileNotFoundError(f"--demos {self.demos}: no such dataset (reflexlab demos writes one)")
+        actor = None if self.learner_only else self._start_actor()
+        try:
+            rows = self._learner()
+        finally:
+            if actor is not None:  # Ctrl-C: the episode in flight is discarded, every committed one stays
+                actor.send_signal(signal.SIGINT)
+                actor.wait(timeout=60)
+        print(json.dumps({"work_dir": str(self.work_dir), "rounds": rows}))
+
+    def _start_actor(self) -> subprocess.Popen:
+        argv = [sys.executable, "-m", "reflexlab.cli", "rl", "habc", "--actor-only"]
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name in ("actor_only", "learner_only", "initial") or value is None:
+                continue
+            argv += [f"--{f.name.replace('_', '-')}", str(value)]
+        return subprocess.Popen(argv)
+
+    def _actor(self) -> None:
+        from deploy.policy_store import PolicyStore
+        from deploy.rl.actor import ActorOptions, run_actor
+
+        store = PolicyStore(self.work_dir / "policies")
+        options = ActorOptions(seed=self.seed)  # until the learner says it is finished (or Ctrl-C)
+        if self.robot == "sim":
+            from sim.single_env import SimSingleEnv
+
+            env = SimSingleEnv(self.task, episode_steps=_steps(self.task, self.episode_time_s))
+            try:
+                summary = run_actor(env, self.work_dir / "rollouts", store, options)
+            except KeyboardInterrupt:
+                return
+            print(json.dumps({"actor_episodes": summary.episodes, "versions": summary.versions}))
+            return
+        from real.session import RecordOptions, arm_env
+        from real.tasks import arm_task
+
+        record = RecordOptions(self.work_dir / "rollouts", task=self.task, episode_time_s=self.episode_time_s)
+        with arm_env(record, arm_task(self.task), ("sim",)) as env:
+            try:
+                summary = run_actor(env, self.work_dir / "rollouts", store, options)
+            except KeyboardInterrupt:
+                return
+            stats = env.stats
+        report = {"actor_episodes": summary.episodes, "versions": summary.versions, "late_steps": stats.late_steps}
+        print(json.dumps(report))
+
+    def _learner(self) -> list[dict]:
+        from deploy.policy_store import PolicyStore
+        from deploy.rl.learner import LearnerOptions, run_learner
+        from policies.checkpoint import resolve_checkpoint
+        from policies.generative.train import TrainConfig
+        from policies.rl.critics import CriticConfig
+        from policies.rl.habc import HabcConfig
+
+        train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
+        options = LearnerOptions(
+            rounds=self.rounds,
+            episodes_per_round=self.episodes_per_round,
+            demos=self.demos,
+            sampling_steps=self.sampling_steps,
+            habc=HabcConfig(critic=CriticConfig(steps=self.critic_steps), train=train),
+        )
+        store = PolicyStore(self.work_dir / "policies")
+        initial = resolve_checkpoint(Path(self.initial))  # type: ignore[arg-type]
+        return run_learner(self.work_dir / "rollouts", store, self.work_dir / "learner", initial, options)
+
+
+def _steps(task: str, seconds: float) -> int:
+    from sim.registry import get_task
+
+    return max(1, round(seconds * get_task(task).spec().control_rate_hz))
+
+
+def rl(method: tyro.conf.Positional[Literal["habc"]], options: tyro.conf.OmitArgPrefixes[Habc]) -> None:
+    """Real-world RL from the robot's own episodes, actor and learner apart: habc (RL-100 is to come).
+
+    Args:
+        method: the learning method.
+        options: its settings.
+    """
+    {"habc": options}[method].run()
