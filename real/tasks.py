@@ -17,7 +17,7 @@ from real.ros_arm import ArmState, yaw_of
 from reflexlab.spec import Spec
 from reflexlab.tasks.panda_push_t import constants as C
 from reflexlab.tasks.panda_push_t import geometry as G
-from reflexlab.tasks.panda_push_t.expert import PushTExpert
+from reflexlab.tasks.panda_push_t.expert import expert_policy
 from reflexlab.tasks.panda_push_t.spec import make_spec, observation
 
 
@@ -113,12 +113,7 @@ class PushTTask:
         return coverage, coverage >= C.SUCCESS_COVERAGE
 
     def expert(self, seed: int) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[], None]]:
-        expert = PushTExpert(np.random.default_rng(seed))
-
-        def act(obs: np.ndarray) -> np.ndarray:  # obs: pusher x, y, block x, y, cos, sin of yaw
-            return expert.act(obs[:2], np.array([obs[2], obs[3], np.arctan2(obs[5], obs[4])])).target
-
-        return act, expert.reset
+        return expert_policy(seed)
 
     def failure_boxes(self) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
         low, high = self.spec.action.lower, self.spec.action.upper

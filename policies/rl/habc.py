@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -91,6 +92,7 @@ class HabcConfig:
     weighting: HabcWeighting = field(default_factory=HabcWeighting)
     critic: CriticConfig = field(default_factory=CriticConfig)
     aware: bool = True  # False: the ablation, credit across intervention boundaries
+    critics: Literal["two", "one"] = "two"  # "one": the single-critic AWBC baseline (viability only, no gate)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(max_steps=2000, warmup_steps=100, checkpoint_every=10**9)
     )
@@ -131,13 +133,13 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     viability = ValueCritic(obs.shape[1], config.critic)
     viability_mse = viability.fit(obs, viability_targets)
     efficiency, efficiency_mse = None, None
-    if np.isfinite(efficiency_targets).any():
+    if config.critics == "two" and np.isfinite(efficiency_targets).any():
         efficiency = ValueCritic(obs.shape[1], config.critic)
         efficiency_mse = efficiency.fit(obs, efficiency_targets)
     advantages = []
     for episode, credit in zip(episodes, credits, strict=True):
         v_via = viability.values(episode["obs"])
-        if efficiency is None:  # no success yet: how soon means nothing, viability alone decides
+        if efficiency is None:  # one critic, or no success yet (how soon means nothing): viability alone decides
             advantages.append(_next_values(v_via, credit.outcome_next) - v_via)
         else:
             advantages.append(merged_advantage(v_via, efficiency.values(episode["obs"]), credit.outcome_next, w))

@@ -15,11 +15,15 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import tyro
+
+from reflexlab.env import SingleEnv
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,9 @@ class Habc:
     robot: Literal["sim", "sim-as-real"] = "sim"
     """sim: the task's MuJoCo scene stepped as fast as it goes (robot time = steps x period); sim-as-real: the arm
     bridge over ROS 2 in real time (actor)."""
+    intervener: Literal["none", "scripted"] = "none"
+    """scripted: a noisy copy of the task's expert takes over, through the teleop arbiter, when the policy stalls,
+    regresses or leaves the safety region, and hands back (teleop.scripted; actor)."""
     rounds: int = 5
     episodes_per_round: int = 10
     episode_time_s: float = 30.0
@@ -91,28 +98,37 @@ class Habc:
 
         store = PolicyStore(self.work_dir / "policies")
         options = ActorOptions(seed=self.seed)  # until the learner says it is finished (or Ctrl-C)
+        with self._robot() as env:
+            try:
+                summary = run_actor(env, self.work_dir / "rollouts", store, options)
+            except KeyboardInterrupt:  # stopped by the learner side: the episode in flight is discarded
+                return
+            late = getattr(env, "stats", None)
+        report = {"actor_episodes": summary.episodes, "versions": summary.versions}
+        if late is not None:  # a real-time robot: did the loop keep its rate?
+            report["late_steps"] = late.late_steps
+        print(json.dumps(report))
+
+    @contextmanager
+    def _robot(self) -> Iterator[SingleEnv]:
+        """The robot the actor steps: the MuJoCo scene as fast as it goes, or the arm bridge in real time."""
+        from teleop.scripted import ScriptedIntervention, scripted_person
+
+        person = scripted_person(self.task, seed=self.seed) if self.intervener == "scripted" else None
         if self.robot == "sim":
             from sim.single_env import SimSingleEnv
 
-            env = SimSingleEnv(self.task, episode_steps=_steps(self.task, self.episode_time_s))
-            try:
-                summary = run_actor(env, self.work_dir / "rollouts", store, options)
-            except KeyboardInterrupt:
-                return
-            print(json.dumps({"actor_episodes": summary.episodes, "versions": summary.versions}))
+            intervention = None if person is None else ScriptedIntervention(person)
+            yield SimSingleEnv(self.task, _steps(self.task, self.episode_time_s), intervention)
             return
         from real.session import RecordOptions, arm_env
         from real.tasks import arm_task
 
+        task = arm_task(self.task)
         record = RecordOptions(self.work_dir / "rollouts", task=self.task, episode_time_s=self.episode_time_s)
-        with arm_env(record, arm_task(self.task), ("sim",)) as env:
-            try:
-                summary = run_actor(env, self.work_dir / "rollouts", store, options)
-            except KeyboardInterrupt:
-                return
-            stats = env.stats
-        report = {"actor_episodes": summary.episodes, "versions": summary.versions, "late_steps": stats.late_steps}
-        print(json.dumps(report))
+        intervention = None if person is None else ScriptedIntervention(person, observe=task.observation)
+        with arm_env(record, task, ("sim",), intervention) as env:
+            yield env
 
     def _learner(self) -> list[dict]:
         from deploy.policy_store import PolicyStore

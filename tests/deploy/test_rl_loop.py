@@ -118,19 +118,21 @@ def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
 
 
 def test_reflexlab_rl_habc_runs_actor_and_learner_and_resumes(sft: tuple[Path, Path], tmp_path: Path) -> None:
-    """The command a user types: the learner here, the actor as its own process, one JSON line; run again, it
-    finds the rounds done and deploys nothing new."""
+    """The command a user types: the learner here, the actor as its own process with the scripted person at the
+    deadman, one JSON line; run again, it finds the rounds done and deploys nothing new."""
     demos, initial = sft
     command = [
         sys.executable, "-m", "reflexlab.cli", "rl", "habc", "--initial", str(initial), "--demos", str(demos),
         "--work-dir", str(tmp_path), "--rounds", "1", "--episodes-per-round", "2", "--episode-time-s", "3",
-        "--sampling-steps", "4", "--update-steps", "20", "--critic-steps", "50",
+        "--sampling-steps", "4", "--update-steps", "20", "--critic-steps", "50", "--intervener", "scripted",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert first.returncode == 0, first.stderr[-3000:]
     rows = json.loads(first.stdout.strip().splitlines()[-1])["rounds"]
     assert [r["verdict"] for r in rows] == ["deployed", "final"] and rows[-1]["evaluated"]["version"] == 2
+    # the scripted person took over the barely trained policy: the round log counts it, the update saw its steps
+    assert rows[0]["evaluated"]["interventions_per_episode"] > 0 and rows[0]["update"]["person_steps"] > 0
     assert [v.version for v in PolicyStore(tmp_path / "policies").versions()] == [1, 2]
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -16,12 +16,14 @@ whether it covers both modes.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from reflexlab.tasks.panda_push_t import constants as C
 from reflexlab.tasks.panda_push_t import geometry as G
+from reflexlab.tasks.panda_push_t.spec import block_pose_of
 
 _BLOCK_DAMPING = np.array([6.0, 6.0, 0.015])  # slide, slide, yaw: as in panda_push_t.xml
 _L = 0.06  # m per rad: how yaw error weighs against position error
@@ -177,3 +179,13 @@ def _toward(a: np.ndarray, b: np.ndarray, max_move: float) -> np.ndarray:
 
 def _wrap(angle: float) -> float:
     return float((angle + np.pi) % (2 * np.pi) - np.pi)
+
+
+def expert_policy(seed: int) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[], None]]:
+    """The expert as a policy of the task's observation (pusher x, y, block x, y, cos, sin of yaw): (act, reset)."""
+    expert = PushTExpert(np.random.default_rng(seed))
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        return expert.act(obs[:2], block_pose_of(np.asarray(obs, dtype=np.float64))).target
+
+    return act, expert.reset

@@ -6,6 +6,7 @@ import numpy as np
 
 from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
 from reflexlab.tasks.panda_push_t import constants as C
+from reflexlab.tasks.panda_push_t import geometry as G
 
 
 def make_spec() -> Spec:
@@ -45,3 +46,18 @@ def observation(pusher_xy: np.ndarray, block_pose: np.ndarray) -> np.ndarray:
     return np.concatenate([pusher_xy, block_pose[..., :2], np.stack([np.cos(yaw), np.sin(yaw)], -1)], -1).astype(
         np.float32
     )
+
+
+def block_pose_of(obs: np.ndarray) -> np.ndarray:
+    """The block's (x, y, yaw) back from policy observation(s) (…, 6)."""
+    return np.stack([obs[..., 2], obs[..., 3], np.arctan2(obs[..., 5], obs[..., 4])], -1)
+
+
+def coverage_of(obs: np.ndarray) -> float:
+    """The task's progress in one observation: the share of the goal the block covers (success at 0.95)."""
+    return float(G.coverage(block_pose_of(np.asarray(obs, dtype=np.float64))))
+
+
+def block_in_workspace(obs: np.ndarray) -> bool:
+    """Whether the block is still where the pusher can reach round it (else a push-T episode cannot recover)."""
+    return bool(np.all(np.asarray(obs[2:4]) >= C.WORKSPACE_LOW) and np.all(np.asarray(obs[2:4]) <= C.WORKSPACE_HIGH))

@@ -1,0 +1,69 @@
+"""teleop.scripted: the scripted person, through the real arbiter, on the simulated push-T robot.
+
+A policy that never pushes stalls; the person takes over after ``stall_steps``, makes progress with the noisy expert,
+hands back through the arbiter's blend and lets the policy drive again. Episodes with the person succeed where the
+policy alone cannot; every takeover is bounded; an unsafe state triggers at once.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from sim.single_env import SimSingleEnv
+from teleop.scripted import ScriptedIntervention, ScriptedPerson, ScriptedPersonConfig, scripted_person
+
+
+def run(env: SimSingleEnv, seed: int) -> list[dict]:
+    """One episode of a policy that holds the pusher where it is; the steps' infos."""
+    obs, _ = env.reset(seed=seed)
+    infos, done = [], False
+    while not done:
+        obs, _, terminated, truncated, info = env.step(np.asarray(obs[:2], dtype=np.float64))
+        infos.append(info)
+        done = terminated or truncated
+    return infos
+
+
+def test_the_person_takes_over_a_stalled_policy_and_hands_back_through_the_arbiter() -> None:
+    config = ScriptedPersonConfig(stall_steps=10, max_steps=30, handback_gain=0.1, grace_steps=5)
+    intervention = ScriptedIntervention(scripted_person("panda-push-t", config))
+    with_person = SimSingleEnv("panda-push-t", episode_steps=200, intervention=intervention)
+    alone = SimSingleEnv("panda-push-t", episode_steps=200)
+    successes = {"person": 0, "alone": 0}
+    for seed in range(4):
+        infos = run(with_person, seed)
+        sources = [i["source"] for i in infos]
+        assert sources[:10] == ["policy"] * 10, "the person judged the policy before it had stalled"
+        assert sources[10] == "teleop" and infos[10]["is_intervention"] and infos[10]["reason"] == "stall"
+        runs = _runs([s == "teleop" for s in sources])
+        assert all(length <= config.max_steps for length in runs), "a takeover outlasted max_steps"
+        if "handback" in sources:  # the arbiter blends back to the policy, and marks it as not the policy's
+            first = sources.index("handback")
+            assert all(infos[first + k]["is_intervention"] for k in range(min(3, len(infos) - first)))
+        successes["person"] += int(infos[-1]["success"])
+        successes["alone"] += int(run(alone, seed)[-1]["success"])
+    assert successes["alone"] == 0 and successes["person"] >= 2, successes
+    assert intervention.arbiter.counts.interventions >= 1
+
+
+def test_an_unsafe_state_brings_the_person_in_at_once() -> None:
+    person = ScriptedPerson(
+        lambda seed: (lambda obs: np.asarray(obs[:2]), lambda: None), lambda obs: 0.0, lambda obs: False
+    )
+    assert person.wants_control(np.zeros(6)) and person.last_reason == "unsafe"
+    c = ScriptedPersonConfig()
+    decisions = [person.wants_control(np.zeros(6)) for _ in range(c.max_steps + c.grace_steps + 1)]
+    assert all(decisions[: c.max_steps - 1]) and not decisions[c.max_steps - 1]  # never longer than max_steps
+    assert person.last_reason == "unsafe" and not any(decisions[c.max_steps : c.max_steps + c.grace_steps])
+    assert decisions[-1], "after the grace period an unsafe state brings the person back"
+
+
+def _runs(flags: list[bool]) -> list[int]:
+    lengths, current = [], 0
+    for flag in [*flags, False]:
+        if flag:
+            current += 1
+        elif current:
+            lengths.append(current)
+            current = 0
+    return lengths
