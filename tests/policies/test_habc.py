@@ -97,3 +97,13 @@ def test_weights_must_be_one_finite_non_negative_value_per_step(reach: tuple[Pat
     for bad in (np.ones(steps - 1), np.full(steps, np.nan), -np.ones(steps)):
         with pytest.raises(ValueError, match="one finite weight >= 0 per step"):
             finetune_weighted(base, episodes, bad, TRAIN, tmp_path, {})
+
+
+def test_the_single_critic_baseline_fits_viability_only(reach: tuple[Path, Path], tmp_path: Path) -> None:
+    """AWBC with one critic (the issue's baseline): no efficiency head, no gate; still a valid update."""
+    dataset, base = reach
+    train = dataclasses.replace(TRAIN, max_steps=20)
+    update = habc_update(
+        dataset, base, tmp_path, HabcConfig(critic=CriticConfig(hidden=32, steps=100), train=train, critics="one")
+    )
+    assert update.efficiency_mse is None and update.viability_mse < 0.25 and update.checkpoint.exists()
