@@ -136,7 +136,7 @@ def _round(
     out = run_dir / f"round_{round_:03d}"
     try:
         update = habc_update(dataset, checkpoint, out, options.habc)
-    except (FloatingPointError, ValueError) as err:  # a diverged critic or fine-tune: nothing to deploy
+    except FloatingPointError as err:  # a diverged critic or fine-tune: nothing to deploy, the actor keeps its version
         return {**row, "verdict": "rejected", "reason": f"round {round_}: update failed: {err}"}
     row["update"] = {k: v for k, v in asdict(update).items() if k != "checkpoint"}
     try:

@@ -26,10 +26,12 @@ from typing import Literal
 
 import numpy as np
 
+from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig, finetune_weighted
 from policies.rl.credit import episode_credit
 from policies.rl.critics import CriticConfig, ValueCritic
 from reflexlab.dataset import load_dataset
+from reflexlab.spec import Spec
 
 
 @dataclass(frozen=True)
@@ -77,7 +79,7 @@ def transition_weights(advantage: np.ndarray, by_policy: np.ndarray, weighting: 
     advantage = np.asarray(advantage, dtype=np.float64)
     by_policy = np.asarray(by_policy, dtype=bool)
     if not np.isfinite(advantage[by_policy]).all():
-        raise ValueError("non-finite advantage on a policy step: the critics diverged")
+        raise FloatingPointError("non-finite advantage on a policy step: the critics diverged")
     weights = np.full(len(advantage), weighting.human_weight)
     raw = np.minimum(np.exp(np.minimum(advantage[by_policy] / weighting.beta, 50.0)), weighting.max_weight)
     if len(raw):
@@ -117,10 +119,12 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     """Fit the two critics on ``dataset``'s episodes, weigh every step, fine-tune ``checkpoint`` with those weights.
 
     The critics read the policy observation (``observation.state``); the policy trains on the episodes' windows as
-    in imitation. Raises `CreditError` for an episode without outcome columns and `FloatingPointError` when a
-    critic or the fine-tune diverges (the round is then rejected, nothing deployed).
+    in imitation. Raises `SpecMismatchError` for a dataset of another robot or task, `CreditError` for an episode
+    without outcome columns and `FloatingPointError` when a critic or the fine-tune diverges (the round is then
+    rejected, nothing deployed).
     """
     ds = load_dataset(dataset)
+    _check_same_task(ds.spec, checkpoint, dataset)
     w = config.weighting
     episodes, credits = [], []
     for i in range(ds.num_episodes):
@@ -161,3 +165,12 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
         weight_max=float(all_weights.max()),
         weight_effective_fraction=effective,
     )
+
+
+def _check_same_task(recorded: Spec | None, checkpoint: Path, dataset: Path) -> None:
+    """Episodes of another robot or task would train the policy on observations it does not read: refuse."""
+    if recorded is None:
+        raise ValueError(f"{dataset} records no reflexlab Spec: cannot tell which task its episodes are")
+    _, stored = GenerativePolicy.load(checkpoint)
+    policy = Spec.from_dict(stored["spec"])
+    policy.task_interface().check_compatible(recorded.task_interface(), context=f"dataset {dataset} vs policy")

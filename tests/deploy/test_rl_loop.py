@@ -140,3 +140,26 @@ def test_reflexlab_rl_habc_runs_actor_and_learner_and_resumes(sft: tuple[Path, P
     assert [v.version for v in PolicyStore(tmp_path / "policies").versions()] == [1, 2]
     ds = load_dataset(tmp_path / "rollouts")
     assert ds.num_episodes >= 4 and all(len(ds.episode(i)["action"]) <= 30 for i in range(ds.num_episodes))
+
+
+def test_a_round_whose_update_diverges_is_rejected_naming_it_and_deploys_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from deploy.policy_store import PolicyVersion
+    from reflexlab.dataset import DatasetWriter
+
+    with DatasetWriter(tmp_path / "ds", 10, "toy", {"observation.state": (2,), "action": (2,)}) as writer:
+        for _ in range(2):
+            writer.add_frame({"observation.state": np.zeros(2), "action": np.zeros(2)}, policy_version=1)
+            writer.save_episode("reach")
+
+    def diverges(*args: object, **kwargs: object) -> None:
+        raise FloatingPointError("non-finite advantage on a policy step: the critics diverged")
+
+    monkeypatch.setattr(learner_module, "habc_update", diverges)
+    store = PolicyStore(tmp_path / "policies")
+    deployed = PolicyVersion(1, tmp_path / "v000001.onnx", {"round": 2})
+    options = LearnerOptions(rounds=3, episodes_per_round=2, demos=tmp_path / "ds")
+    row = learner_module._round(tmp_path / "ds", store, tmp_path / "run", tmp_path / "ckpt.pt", 3, deployed, options)
+    assert row["verdict"] == "rejected" and row["reason"].startswith("round 3: update failed: non-finite advantage")
+    assert row["evaluated"]["version"] == 1 and row["evaluated"]["episodes"] == 2 and store.versions() == []

@@ -107,3 +107,14 @@ def test_the_single_critic_baseline_fits_viability_only(reach: tuple[Path, Path]
         dataset, base, tmp_path, HabcConfig(critic=CriticConfig(hidden=32, steps=100), train=train, critics="one")
     )
     assert update.efficiency_mse is None and update.viability_mse < 0.25 and update.checkpoint.exists()
+
+
+def test_episodes_of_another_task_are_refused_naming_the_dataset(reach: tuple[Path, Path], tmp_path: Path) -> None:
+    from reflexlab.spec import SpecMismatchError
+
+    other = dataclasses.replace(SPEC, task="push")
+    with DatasetWriter(tmp_path / "other", 10, "toy", {"observation.state": (2,), "action": (2,)}, other) as writer:
+        writer.add_frame({"observation.state": np.zeros(2), "action": np.zeros(2)}, success=True, terminated=True)
+        writer.save_episode("push")
+    with pytest.raises(SpecMismatchError, match=r"dataset .*other vs policy.*task"):
+        habc_update(tmp_path / "other", reach[1], tmp_path / "run")
