@@ -39,10 +39,10 @@ from deploy.artifact import (
     spec_of,
 )
 from policies.actor import LoadedPolicy
-from policies.checkpoint import file_sha256
 from policies.generative.methods import METHODS
 from policies.generative.policy import GenerativePolicy, MultiStepSampler, OneStepGenerator
 from reflexlab import __version__
+from reflexlab.io import file_sha256
 from reflexlab.spec import Spec
 
 OPSET = 18

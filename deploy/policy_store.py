@@ -20,7 +20,6 @@ Torch-free: the actor imports this on the robot.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
@@ -33,7 +32,7 @@ from typing import Any, NoReturn
 from deploy.artifact import spec_of
 from deploy.step_actor import StepActor
 from reflexlab.errors import UserFacingError
-from reflexlab.io import replace_atomically, write_json_atomically
+from reflexlab.io import file_sha256, replace_atomically, write_json_atomically
 from reflexlab.spec import Spec, SpecMismatchError
 
 _NAME = re.compile(r"v(\d{6})(\.rejected)?\.json$")
@@ -56,14 +55,6 @@ class PolicyVersion:
     @property
     def round(self) -> int:
         return int(self.record["round"])
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class PolicyStore:
@@ -101,7 +92,7 @@ class PolicyStore:
         self.root.mkdir(parents=True, exist_ok=True)
         target = self.onnx_path(version)
         replace_atomically(target, lambda tmp: shutil.copyfile(onnx_file, tmp))
-        record |= {"onnx": target.name, "bytes": target.stat().st_size, "sha256": _sha256(target)}
+        record |= {"onnx": target.name, "bytes": target.stat().st_size, "sha256": file_sha256(target)}
         record["spec"] = spec.to_dict()
         write_json_atomically(self._record_path(version), record)  # the commit point
         return PolicyVersion(version, target, record)
@@ -189,7 +180,8 @@ class PolicyStore:
         except (OSError, ValueError):
             return None  # a record being synced: taken once it is whole
         path = self.onnx_path(version)
-        if not path.is_file() or path.stat().st_size != record.get("bytes") or _sha256(path) != record.get("sha256"):
+        whole = path.is_file() and path.stat().st_size == record.get("bytes")
+        if not (whole and file_sha256(path) == record.get("sha256")):
             return None
         return PolicyVersion(version, path, record)
 

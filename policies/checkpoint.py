@@ -7,7 +7,6 @@ place, so a process killed mid-write never leaves a truncated ``model_*.pt`` beh
 
 from __future__ import annotations
 
-import hashlib
 import pickle
 import re
 import zipfile
@@ -81,11 +80,3 @@ def load_checkpoint(path: Path, expect_spec: Spec | None = None) -> dict[str, An
     if expect_spec is not None:
         expect_spec.check_compatible(Spec.from_dict(info["spec"]), context=f"checkpoint {path.name}")
     return state
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()

@@ -9,6 +9,7 @@ power cut.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
 from collections.abc import Callable
@@ -69,3 +70,12 @@ def is_disk_full(err: OSError) -> bool:
     pyarrow's IO errors carry the errno only in their message, hence the second test.
     """
     return err.errno in DISK_FULL_ERRNOS or any(os.strerror(code) in str(err) for code in DISK_FULL_ERRNOS)
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, read in 1 MiB blocks (checkpoints and exported models name their source by it)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

@@ -26,7 +26,6 @@ import torch
 from torch.utils.tensorboard import SummaryWriter
 from tqdm import tqdm
 
-from policies.checkpoint import file_sha256
 from policies.generative.consistency import TEACHER_STEPS, chunk_step_weights, distillation_loss
 from policies.generative.dagger import DaggerConfig, Labels, visited_states
 from policies.generative.data import ChunkWindows
@@ -35,6 +34,7 @@ from policies.generative.methods import FROM_DATA, METHODS, STUDENTS, Method
 from policies.generative.normalizer import MinMaxNormalizer
 from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions, make_student
 from policies.generative.teacher_samples import TeacherSamples
+from reflexlab.io import file_sha256
 from reflexlab.spec import Spec
 
 Episodes = Sequence[Mapping[str, Any]]

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from deploy.onnx_export import ExportError, export_generator, read_metadata, spec_of, verify_generator
-from policies.checkpoint import file_sha256
 from reflexlab.cli import main
+from reflexlab.io import file_sha256
 from sim.registry import get_task
 from tests.deploy.conftest import TINY_FACTS
 
