@@ -77,8 +77,10 @@ class Habc:
         actor = None if self.learner_only else self._start_actor()
         try:
             rows = self._learner()
+            if actor is not None:  # the learner said it is done: the actor stops at its next episode boundary
+                actor.wait(timeout=self.episode_time_s + 60)
         finally:
-            if actor is not None:  # Ctrl-C: the episode in flight is discarded, every committed one stays
+            if actor is not None and actor.poll() is None:  # Ctrl-C here: the episode in flight is discarded
                 actor.send_signal(signal.SIGINT)
                 actor.wait(timeout=60)
         print(json.dumps({"work_dir": str(self.work_dir), "rounds": rows}))
@@ -101,12 +103,13 @@ class Habc:
         with self._robot() as env:
             try:
                 summary = run_actor(env, self.work_dir / "rollouts", store, options)
-            except KeyboardInterrupt:  # stopped by the learner side: the episode in flight is discarded
+            except KeyboardInterrupt:  # stopped: the episode in flight is discarded, the committed ones stay
+                print(json.dumps({"actor": "interrupted", "dataset": str(self.work_dir / "rollouts")}))
                 return
-            late = getattr(env, "stats", None)
+            stats = getattr(env, "stats", None)
         report = {"actor_episodes": summary.episodes, "versions": summary.versions}
-        if late is not None:  # a real-time robot: did the loop keep its rate?
-            report["late_steps"] = late.late_steps
+        if stats is not None:  # a real-time robot: did the loop keep its rate?
+            report |= {"steps": stats.steps, "late_steps": stats.late_steps, "worst_late_ms": stats.worst_lateness_ms}
         print(json.dumps(report))
 
     @contextmanager
