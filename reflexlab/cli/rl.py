@@ -10,7 +10,6 @@ resumes at its next round.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import subprocess
@@ -59,6 +58,10 @@ class Habc:
     update_lr: float = 1e-3
     critic_steps: int = 2000
     """optimiser steps per critic fit."""
+    critics: Literal["two", "one"] = "two"
+    """one: the single-critic advantage-weighted BC baseline (viability only, no gate)."""
+    aware: bool = True
+    """intervention-aware credit; --no-aware is the ablation (outcomes cross intervention boundaries)."""
     seed: int = 0
     """episode k of the dataset runs seed + k."""
     actor_only: bool = False
@@ -86,12 +89,10 @@ class Habc:
         print(json.dumps({"work_dir": str(self.work_dir), "rounds": rows}))
 
     def _start_actor(self) -> subprocess.Popen:
+        """The actor as its own process, given what the robot side needs (the learner's settings stay here)."""
         argv = [sys.executable, "-m", "reflexlab.cli", "rl", "habc", "--actor-only"]
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.name in ("actor_only", "learner_only", "initial") or value is None:
-                continue
-            argv += [f"--{f.name.replace('_', '-')}", str(value)]
+        for name in ("work_dir", "task", "robot", "intervener", "episode_time_s", "seed"):
+            argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
         return subprocess.Popen(argv)
 
     def _actor(self) -> None:
@@ -147,7 +148,9 @@ class Habc:
             episodes_per_round=self.episodes_per_round,
             demos=self.demos,
             sampling_steps=self.sampling_steps,
-            habc=HabcConfig(critic=CriticConfig(steps=self.critic_steps), train=train),
+            habc=HabcConfig(
+                critic=CriticConfig(steps=self.critic_steps), train=train, aware=self.aware, critics=self.critics
+            ),
         )
         store = PolicyStore(self.work_dir / "policies")
         initial = resolve_checkpoint(Path(self.initial))  # type: ignore[arg-type]

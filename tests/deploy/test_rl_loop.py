@@ -125,6 +125,7 @@ def test_reflexlab_rl_habc_runs_actor_and_learner_and_resumes(sft: tuple[Path, P
         sys.executable, "-m", "reflexlab.cli", "rl", "habc", "--initial", str(initial), "--demos", str(demos),
         "--work-dir", str(tmp_path), "--rounds", "1", "--episodes-per-round", "2", "--episode-time-s", "3",
         "--sampling-steps", "4", "--update-steps", "20", "--critic-steps", "50", "--intervener", "scripted",
+        "--critics", "one", "--no-aware",  # the baseline's switches reach the learner (the defaults: the test above)
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     first = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
@@ -133,6 +134,7 @@ def test_reflexlab_rl_habc_runs_actor_and_learner_and_resumes(sft: tuple[Path, P
     assert [r["verdict"] for r in rows] == ["deployed", "final"] and rows[-1]["evaluated"]["version"] == 2
     # the scripted person took over the barely trained policy: the round log counts it, the update saw its steps
     assert rows[0]["evaluated"]["interventions_per_episode"] > 0 and rows[0]["update"]["person_steps"] > 0
+    assert rows[0]["update"]["efficiency_mse"] is None  # --critics one: no efficiency head was fit
     assert [v.version for v in PolicyStore(tmp_path / "policies").versions()] == [1, 2]
     again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr[-3000:]
