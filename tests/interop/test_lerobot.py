@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -26,13 +25,13 @@ from policies.imitation import distill_run, load_generative, train_bc_run
 from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.dataset.upgrade import upgrade_dataset
 from sim.demos import record_demos
+from tests.reflexlab.format1 import copy_format1
 
 REPO = Path(__file__).resolve().parents[2]
 LEROBOT_PYTHON = REPO / ".venv-lerobot" / "bin" / "python"
 SIDE = Path(__file__).with_name("lerobot_side.py")
 CAMERA = "observation.images.side"
 
-FORMAT1 = REPO / "tests" / "reflexlab" / "data" / "format1"  # written by the writer before LeRobot could read it
 
 LeRobot = Callable[..., str]
 
@@ -186,8 +185,7 @@ def test_lerobot_dataloader_workers_decode_our_frames(lerobot: LeRobot, demos_ca
 
 def test_lerobot_loads_a_dataset_migrated_by_dataset_upgrade(lerobot: LeRobot, tmp_path: Path) -> None:
     """A recording from the old writer (measured timestamps, one-element lists), after `reflexlab dataset upgrade`."""
-    root = tmp_path / "old"
-    shutil.copytree(FORMAT1, root)
+    root = copy_format1(tmp_path / "old")
     upgrade_dataset(root, keep_backup=False)
     ds = load_dataset(root)
     items, windows, meta = lerobot_reads(lerobot, root, tmp_path / "read")

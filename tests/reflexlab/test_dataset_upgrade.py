@@ -36,9 +36,9 @@ from reflexlab.dataset import upgrade as upgrade_module
 from reflexlab.dataset.recovery import lock_dataset
 from reflexlab.dataset.upgrade import NothingToUpgradeError, upgrade_dataset
 from reflexlab.spec import Spec
+from tests.reflexlab.format1 import FIXTURE, copy_format1
 
 REPO = Path(__file__).resolve().parents[2]
-FIXTURE = Path(__file__).parent / "data" / "format1"
 REFLEXLAB = shutil.which("reflexlab") or str(Path(sys.executable).with_name("reflexlab"))
 FPS = 10
 CAMERA = "observation.images.front"
@@ -57,9 +57,7 @@ FEATURES = {"observation.state": (3,), "action": (2,), "camera.front.age_s": (1,
 @pytest.fixture
 def format1(tmp_path: Path) -> Path:
     """A copy of the format-1 fixture (the tests change the copy, never the fixture)."""
-    root = tmp_path / "demos"
-    shutil.copytree(FIXTURE, root)
-    return root
+    return copy_format1(tmp_path / "demos")
 
 
 def tree(root: Path) -> dict[str, str]:
@@ -239,8 +237,9 @@ def start_upgrade(root: Path) -> subprocess.Popen:
 def test_sigkill_at_random_moments_never_loses_the_dataset(tmp_path: Path) -> None:
     """A real upgrade process killed at a random instant: afterwards the path holds the original (unchanged) or the
     upgraded dataset, or an interrupted swap the rerun completes; the rerun always ends with the upgraded dataset."""
-    before = tree(FIXTURE)
-    shutil.copytree(FIXTURE, tmp_path / "timing")
+    pristine = copy_format1(tmp_path / "pristine")
+    before = tree(pristine)
+    shutil.copytree(pristine, tmp_path / "timing")
     start = time.perf_counter()
     assert start_upgrade(tmp_path / "timing").wait() == 0
     duration = time.perf_counter() - start
@@ -249,7 +248,7 @@ def test_sigkill_at_random_moments_never_loses_the_dataset(tmp_path: Path) -> No
     for attempt in range(8):
         root = tmp_path / f"demos{attempt}"
         backup, staging = root.with_name(root.name + ".format1-backup"), root.with_name(root.name + ".upgrading")
-        shutil.copytree(FIXTURE, root)
+        shutil.copytree(pristine, root)
         proc = start_upgrade(root)
         time.sleep(rng.uniform(0.0, duration))
         proc.send_signal(signal.SIGKILL)
