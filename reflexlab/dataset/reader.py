@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from reflexlab.dataset.columns import pandas_index, scalar_values, vector_values
 from reflexlab.dataset.layout import (
     CODEBASE_VERSION,
     EPISODE_COLUMNS,
@@ -51,35 +51,6 @@ _OURS_ONLY_VIDEO_COLUMN = "dropped_frames"
 
 def _episode_of_row(starts: np.ndarray, episodes: np.ndarray, row: int) -> int:
     return int(episodes[np.searchsorted(starts, row, side="right") - 1])
-
-
-def _vector_values(column: pa.Array, size: int) -> np.ndarray | str:
-    """(rows, size) float32 values of a list column (or of a float column, for size 1), or why it is not that."""
-    kind = column.type
-    if size == 1 and pa.types.is_floating(kind):
-        values = _scalar_values(column, "float32")
-        return values if isinstance(values, str) else values.reshape(len(column), 1)
-    if not (pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind)):
-        return f"column type {kind} is not a list of floats"
-    if not pa.types.is_floating(kind.value_type):
-        return f"column type {kind} is not a list of floats"
-    lengths = pc.fill_null(pc.list_value_length(column), -1).to_numpy(zero_copy_only=False)
-    bad = np.flatnonzero(lengths != size)
-    if len(bad):
-        return f"row {int(bad[0])} has {int(lengths[bad[0]])} values, the feature's shape is ({size},)"
-    flat = column.flatten()
-    if flat.null_count:
-        return "holds null values"
-    return flat.to_numpy(zero_copy_only=False).astype(np.float32).reshape(len(column), size)
-
-
-def _scalar_values(column: pa.Array, dtype: str) -> np.ndarray | str:
-    """1-D values of a scalar column, or why it is not one."""
-    if pa.types.is_nested(column.type):
-        return f"column type {column.type} is nested; the feature's shape is (1,)"
-    if column.null_count:
-        return "holds null values"
-    return column.to_numpy(zero_copy_only=False).astype(dtype)
 
 
 class Dataset:
@@ -211,9 +182,9 @@ class Dataset:
             feature = self._features[key]
             column = table.column(key).combine_chunks()
             values = (
-                _vector_values(column, self._vectors[key][0])
+                vector_values(column, self._vectors[key][0])
                 if key in self._vectors
-                else _scalar_values(column, feature["dtype"])
+                else scalar_values(column, feature["dtype"])
             )
             if isinstance(values, str):
                 raise DatasetError(self.root, f"{values} (the file changed after loading?)", episode=i, key=key)
@@ -339,7 +310,7 @@ class Dataset:
     def _load_tasks(self) -> list[str]:
         table = self._read_parquet(TASKS_PATH)
         total = int(self._info.get("total_tasks", 0))
-        task_column = _pandas_index(table) or "task"  # LeRobot's writer leaves its index unnamed
+        task_column = pandas_index(table) or "task"  # LeRobot's writer leaves its index unnamed
         for key in ("task_index", task_column):
             if key not in table.column_names:
                 raise self._error(f"{TASKS_PATH} lacks this column (the task strings: its pandas index)", key=key)
@@ -438,9 +409,9 @@ class Dataset:
     def _column_values(self, table: pa.Table, key: str, starts: np.ndarray, group: list[int]) -> np.ndarray:
         column = table.column(key).combine_chunks()
         if key in self._vectors:
-            values = _vector_values(column, self._vectors[key][0])
+            values = vector_values(column, self._vectors[key][0])
         else:
-            values = _scalar_values(column, self._features[key]["dtype"])
+            values = scalar_values(column, self._features[key]["dtype"])
         if isinstance(values, str):
             raise self._error(values, episode=group[0], key=key)
         if key in self._vectors or key in _FLOAT_STEP_COLUMNS:
@@ -493,18 +464,6 @@ class Dataset:
             table = self._read_parquet(self._data_file(file_id), episode=self._files[file_id][0])
             self._cache = (file_id, table)
         return self._cache[1]
-
-
-def _pandas_index(table: pa.Table) -> str | None:
-    """The column pandas restores as a table's index (LeRobot's tasks.parquet keeps its task strings there)."""
-    raw = (table.schema.metadata or {}).get(b"pandas")
-    if raw is None:
-        return None
-    try:
-        index = json.loads(raw)["index_columns"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    return index[0] if len(index) == 1 and isinstance(index[0], str) else None
 
 
 def load_dataset(root: Path | str) -> Dataset:
