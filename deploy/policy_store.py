@@ -121,9 +121,10 @@ class PolicyStore:
         except (OSError, ValueError):
             return None
 
-    def versions(self) -> list[PolicyVersion]:
-        """The committed versions, oldest first (records whose file is not (yet) complete are left out)."""
-        found = (self._verified(version, path) for version, path in self._records())
+    def versions(self, after: int = 0) -> list[PolicyVersion]:
+        """The committed versions newer than ``after``, oldest first (records whose file is not (yet) complete are
+        left out; only these files are hashed, so an actor polling for the next version reads only new files)."""
+        found = (self._verified(version, path) for version, path in self._records() if version > after)
         return [version for version in found if version is not None]
 
     def rejected(self) -> dict[int, str]:
@@ -205,7 +206,7 @@ class PolicyFollower:
 
     def refresh(self) -> PolicyVersion | None:
         """Deploy the newest version newer than the current one; returns it, or None when nothing changed."""
-        candidates = [v for v in self.store.versions() if v.version > self.version and v.version not in self.skipped]
+        candidates = [v for v in self.store.versions(after=self.version) if v.version not in self.skipped]
         for candidate in reversed(candidates):
             try:
                 self.robot_spec.task_interface().check_compatible(

@@ -32,7 +32,7 @@ from deploy.policy_store import PolicyStore, PolicyStoreError, PolicyVersion
 from policies.imitation import load_generative, observation_windows
 from policies.rl.habc import HabcConfig, habc_update
 from policies.rl.rounds import append_round, plot_rounds, read_rounds, version_stats
-from reflexlab.dataset import DatasetError, load_dataset
+from reflexlab.dataset import INFO_PATH, load_dataset
 from reflexlab.io import write_json_atomically
 
 STATE = "learner.json"
@@ -168,18 +168,26 @@ def _deploy(
 
 
 def _wait_for_episodes(dataset: Path, version: int, options: LearnerOptions, log: Callable[[str], None]) -> None:
-    said = False
+    said, seen = False, -1
     while True:
-        try:
-            ran = version_stats(load_dataset(dataset)).get(version)
-        except DatasetError:  # not created yet by the actor
-            ran = None
-        if ran is not None and ran.episodes >= options.episodes_per_round:
-            return
+        committed = _committed_episodes(dataset)
+        if committed != seen:  # read and validate the episodes only when the actor has committed new ones
+            seen = committed
+            ran = version_stats(load_dataset(dataset)).get(version) if committed > 0 else None
+            if ran is not None and ran.episodes >= options.episodes_per_round:
+                return
         if not said:
             log(f"learner: waiting for {options.episodes_per_round} episodes of version {version}")
             said = True
         time.sleep(options.poll_s)
+
+
+def _committed_episodes(dataset: Path) -> int:
+    """info.json's episode count (its rename is the writer's commit point); 0 before the actor created the dataset."""
+    try:
+        return int(json.loads((dataset / INFO_PATH).read_text())["total_episodes"])
+    except (OSError, ValueError, KeyError):
+        return 0
 
 
 def _load_state(run_dir: Path, initial: Path) -> dict[str, Any]:
