@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.policy_store import PolicyFollower, PolicyStore
-from real.record import RecordSummary, features_of, record_episodes
+from real.record import features_of, record_episodes
 from reflexlab.dataset import DatasetWriter
 from reflexlab.env import SingleEnv
 from reflexlab.errors import UserFacingError
@@ -51,7 +51,6 @@ class ActorSummary:
     episodes: int = 0
     versions: dict[int, int] = field(default_factory=dict)  # policy version -> episodes run with it
     skipped: dict[int, str] = field(default_factory=dict)  # versions never deployed, and why
-    record: RecordSummary = field(default_factory=RecordSummary)
 
 
 def run_actor(
@@ -92,7 +91,6 @@ def run_actor(
                 seed=options.seed + k,
                 policy_version=follower.version,
                 reset_actor=actor.reset,
-                on_episode=lambda _, s: _merge(summary.record, s),
             )
             summary.episodes += 1
             summary.versions[follower.version] = summary.versions.get(follower.version, 0) + 1
@@ -110,14 +108,3 @@ def _wait_for_first_version(follower: PolicyFollower, options: ActorOptions) -> 
                 "is the learner running?"
             )
         time.sleep(options.poll_s)
-
-
-def _merge(total: RecordSummary, episode: RecordSummary) -> None:
-    """Add one single-episode `record_episodes` summary to the run's."""
-    total.episodes += episode.episodes
-    total.steps += episode.steps
-    total.successes += episode.successes
-    total.intervention_steps += episode.intervention_steps
-    total.dropped_camera_frames += episode.dropped_camera_frames
-    for reason, count in episode.end_reasons.items():
-        total.end_reasons[reason] = total.end_reasons.get(reason, 0) + count
