@@ -1,17 +1,20 @@
-"""The learner: rounds of HABC updates on the actor's episodes, each exported, checked and deployed as a version.
+"""The learner: rounds of a method's updates on the actor's episodes, each exported, checked and deployed as a version.
 
-A round waits until the dataset holds ``episodes_per_round`` committed episodes of the version deployed last, fits
-the critics and fine-tunes the policy on every episode so far (`policies.rl.habc.habc_update`), exports it for the
-actor (the policy's sampler unrolled to ``sampling_steps``), checks onnxruntime against torch on recorded
-observations and publishes it (`deploy.policy_store`): a version over the parity tolerance, or an update that
-diverged, is recorded as rejected and the actor keeps the last good one. Each round appends a row to
-``rounds.jsonl`` (the deployed versions' success, interventions per episode, episode and robot time, the update's
-numbers, the verdict), redraws ``rounds.png`` and logs to TensorBoard. When the rounds are done (and the last
-version has run its episodes) it tells the actor through the store (`PolicyStore.finish`), and the actor stops.
+A round waits until the dataset holds ``episodes_per_round`` new committed episodes of the version deployed last,
+runs the method's update on every episode so far (a `policies.rl.rounds.RoundUpdate`: HABC's
+`policies.rl.habc.HabcRound`, RL-100's `policies.rl.rl100.Rl100Round`), exports the result for the actor (the
+policy's sampler unrolled to its sampling steps), checks onnxruntime against torch on recorded observations and
+publishes it (`deploy.policy_store`): a version over the parity tolerance, or an update that diverged, is recorded as
+rejected and the actor keeps the last good one. An update may also deploy nothing (RL-100's offline evaluation
+accepted no candidate): the actor then runs the same version for another round's worth of episodes. Each round
+appends a row to ``rounds.jsonl`` (the deployed versions' success, interventions per episode, episode and robot time,
+the update's numbers, the verdict), redraws ``rounds.png`` and logs to TensorBoard. When the rounds are done (and the
+last version has run its episodes) it tells the actor through the store (`PolicyStore.finish`), and the actor stops.
 
 Resumable: the learner's state (``learner.json``: last round, its checkpoint) is replaced atomically after each
 round; a learner killed after publishing but before saving finds its version in the store (the record names the
-round and the checkpoint) and goes on from there, so no round is trained or deployed twice.
+round and the checkpoint) and goes on from there, so no round is trained or deployed twice. How many episodes a
+round waits for is derived from the round log, so a restart neither re-collects nor counts an episode twice.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +33,7 @@ from torch.utils.tensorboard import SummaryWriter
 from deploy.onnx_export import export_verified_generator
 from deploy.policy_store import PolicyStore, PolicyStoreError, PolicyVersion
 from policies.imitation import load_generative, observation_windows
-from policies.rl.habc import HabcConfig, habc_update
-from policies.rl.rounds import append_round, plot_rounds, read_rounds, version_stats
+from policies.rl.rounds import RoundOutcome, RoundUpdate, append_round, plot_rounds, read_rounds, version_stats
 from reflexlab.dataset import INFO_PATH, load_dataset
 from reflexlab.io import write_json_atomically
 
@@ -51,7 +53,7 @@ class LearnerOptions:
         parity_tolerance: max |onnxruntime − torch| over the checked chunks (an unrolled sampler compounds float32
             rounding: see `deploy.onnx_export.export_verified_generator`).
         poll_s: how often to look for new episodes.
-        habc: the update's settings.
+        update: the method's round update (e.g. `policies.rl.habc.HabcRound`).
         evaluate_final: after the last round, wait for ``episodes_per_round`` episodes of the last version and log
             them as a final row (``verdict: final``), so the log says how the policy the rounds ended with does.
     """
@@ -59,10 +61,10 @@ class LearnerOptions:
     rounds: int
     episodes_per_round: int
     demos: Path
+    update: RoundUpdate
     sampling_steps: int = 10
     parity_tolerance: float = 2e-3
     poll_s: float = 1.0
-    habc: HabcConfig = field(default_factory=HabcConfig)
     evaluate_final: bool = True
 
 
@@ -89,7 +91,10 @@ def run_learner(
                 state = {"round": round_, "checkpoint": deployed.record["checkpoint"]}
                 write_json_atomically(run_dir / STATE, state)
                 continue
-            _wait_for_episodes(dataset, deployed.version, options, log)
+            if any(r.get("round") == round_ for r in read_rounds(run_dir / ROUND_LOG)):  # logged, not yet saved
+                write_json_atomically(run_dir / STATE, state := {"round": round_, "checkpoint": state["checkpoint"]})
+                continue
+            _wait_for_episodes(dataset, run_dir, deployed.version, options, log)
             row = _round(dataset, store, run_dir, Path(state["checkpoint"]), round_, deployed, options)
             append_round(run_dir / ROUND_LOG, row)
             for key, value in row["evaluated"].items():
@@ -105,7 +110,7 @@ def run_learner(
         if options.evaluate_final and not any(
             r.get("evaluated", {}).get("version") == final.version for r in read_rounds(run_dir / ROUND_LOG)
         ):
-            _wait_for_episodes(dataset, final.version, options, log)
+            _wait_for_episodes(dataset, run_dir, final.version, options, log)
             evaluated = asdict(version_stats(load_dataset(dataset))[final.version])
             append_round(run_dir / ROUND_LOG, {"round": options.rounds + 1, "evaluated": evaluated, "verdict": "final"})
     stats = version_stats(load_dataset(dataset))
@@ -135,27 +140,37 @@ def _round(
     }
     out = run_dir / f"round_{round_:03d}"
     try:
-        update = habc_update(dataset, checkpoint, out, options.habc)
+        outcome: RoundOutcome = options.update(dataset, checkpoint, out, round_)
     except FloatingPointError as err:  # a diverged critic or fine-tune: nothing to deploy, the actor keeps its version
         return {**row, "verdict": "rejected", "reason": f"round {round_}: update failed: {err}"}
-    row["update"] = {k: v for k, v in asdict(update).items() if k != "checkpoint"}
+    row |= {"stage": outcome.stage, "update": outcome.numbers}
+    if outcome.checkpoint is None:
+        return {**row, "verdict": "kept", "reason": f"round {round_}: {outcome.reason}"}
+    steps = outcome.sampling_steps or options.sampling_steps
     try:
-        version = _deploy(store, update.checkpoint, out, round_, options, {"update": row["update"]})
+        version = _deploy(store, outcome.checkpoint, out, round_, options, {"update": outcome.numbers}, steps)
     except PolicyStoreError as err:
         return {**row, "verdict": "rejected", "reason": str(err)}
-    return {**row, "verdict": "deployed", "version": version.version, "checkpoint": str(update.checkpoint)}
+    return {**row, "verdict": "deployed", "version": version.version, "checkpoint": str(outcome.checkpoint)}
 
 
 def _deploy(
-    store: PolicyStore, checkpoint: Path, out: Path, round_: int, options: LearnerOptions, info: dict[str, Any]
+    store: PolicyStore,
+    checkpoint: Path,
+    out: Path,
+    round_: int,
+    options: LearnerOptions,
+    info: dict[str, Any],
+    sampling_steps: int | None = None,
 ) -> PolicyVersion:
     """Export ``checkpoint`` unrolled, measure its parity on the demos' observation histories, publish it."""
     policy, spec, extra, path = load_generative(checkpoint)
     obs, images = observation_windows(options.demos, spec, 64)
+    steps = sampling_steps or options.sampling_steps
     out.mkdir(parents=True, exist_ok=True)
     # the store judges parity against its tolerance, so the exporter only measures it
     report = export_verified_generator(
-        policy, spec, extra, path, out / "policy.onnx", obs, images, options.sampling_steps,
+        policy, spec, extra, path, out / "policy.onnx", obs, images, steps,
         tolerance=math.inf, sampler_tolerance=math.inf,
     )  # fmt: skip
     return store.publish(
@@ -163,21 +178,31 @@ def _deploy(
         round=round_,
         parity_error=report["max_abs_error"],
         tolerance=options.parity_tolerance,
-        info={**info, "checkpoint": str(checkpoint), "sampling_steps": options.sampling_steps},
+        info={**info, "checkpoint": str(checkpoint), "sampling_steps": steps},
     )
 
 
-def _wait_for_episodes(dataset: Path, version: int, options: LearnerOptions, log: Callable[[str], None]) -> None:
+def _episodes_needed(run_dir: Path, version: int, options: LearnerOptions) -> int:
+    """Episodes of ``version`` a round waits for: a round's worth more than the rounds that already evaluated it used
+    (one unless rounds kept it deployed), counted from the round log so that a restarted learner agrees."""
+    used = sum(1 for r in read_rounds(run_dir / ROUND_LOG) if r.get("evaluated", {}).get("version") == version)
+    return options.episodes_per_round * (used + 1)
+
+
+def _wait_for_episodes(
+    dataset: Path, run_dir: Path, version: int, options: LearnerOptions, log: Callable[[str], None]
+) -> None:
+    needed = _episodes_needed(run_dir, version, options)
     said, seen = False, -1
     while True:
         committed = _committed_episodes(dataset)
         if committed != seen:  # read and validate the episodes only when the actor has committed new ones
             seen = committed
             ran = version_stats(load_dataset(dataset)).get(version) if committed > 0 else None
-            if ran is not None and ran.episodes >= options.episodes_per_round:
+            if ran is not None and ran.episodes >= needed:
                 return
         if not said:
-            log(f"learner: waiting for {options.episodes_per_round} episodes of version {version}")
+            log(f"learner: waiting for {needed} episodes of version {version}")
             said = True
         time.sleep(options.poll_s)
 

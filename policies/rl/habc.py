@@ -30,6 +30,7 @@ from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig, finetune_weighted
 from policies.rl.credit import episode_credit
 from policies.rl.critics import CriticConfig, ValueCritic
+from policies.rl.rounds import RoundOutcome
 from reflexlab.dataset import load_dataset
 from reflexlab.spec import Spec
 
@@ -165,6 +166,18 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
         weight_max=float(all_weights.max()),
         weight_effective_fraction=effective,
     )
+
+
+@dataclass(frozen=True)
+class HabcRound:
+    """HABC as the learner's round update (`policies.rl.rounds.RoundUpdate`): every round is one `habc_update`."""
+
+    config: HabcConfig = field(default_factory=HabcConfig)
+
+    def __call__(self, dataset: Path, checkpoint: Path, out: Path, round_: int) -> RoundOutcome:
+        update = habc_update(dataset, checkpoint, out, self.config)
+        numbers = {k: v for k, v in update.__dict__.items() if k != "checkpoint"}
+        return RoundOutcome(update.checkpoint, numbers, stage="habc" if self.config.critics == "two" else "awbc")
 
 
 def _check_same_task(recorded: Spec | None, checkpoint: Path, dataset: Path) -> None:

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import matplotlib
 import numpy as np
@@ -36,6 +36,33 @@ class VersionStats:
     mean_episode_s: float
     mean_time_to_success_s: float | None  # over successful episodes; None without one
     robot_time_s: float
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What one learner round's update produced, whatever the method.
+
+    Attributes:
+        checkpoint: the policy to deploy; None when the update produced nothing deployable (e.g. RL-100's offline
+            evaluation accepted no candidate): the actor keeps the deployed version and collects more with it.
+        numbers: the update's figures for the round log (critic losses, weights, OPE estimates, ...).
+        stage: which step of the method this round was (``habc``; RL-100's ``offline``, ``online``, ``distill``).
+        reason: why nothing was deployed, when ``checkpoint`` is None.
+        sampling_steps: the sampler steps to export the checkpoint with (1 for a one-step head); None: the
+            learner's default.
+    """
+
+    checkpoint: Path | None
+    numbers: dict[str, Any]
+    stage: str
+    reason: str = ""
+    sampling_steps: int | None = None
+
+
+class RoundUpdate(Protocol):
+    """A method's learner round: from the dataset so far and the deployed checkpoint, the next one (or none)."""
+
+    def __call__(self, dataset: Path, checkpoint: Path, out: Path, round_: int) -> RoundOutcome: ...
 
 
 def version_stats(dataset: Dataset) -> dict[int, VersionStats]:

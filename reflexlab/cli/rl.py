@@ -140,7 +140,7 @@ class Habc:
         from policies.checkpoint import resolve_checkpoint
         from policies.generative.train import TrainConfig
         from policies.rl.critics import CriticConfig
-        from policies.rl.habc import HabcConfig
+        from policies.rl.habc import HabcConfig, HabcRound
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
         options = LearnerOptions(
@@ -148,8 +148,10 @@ class Habc:
             episodes_per_round=self.episodes_per_round,
             demos=self.demos,
             sampling_steps=self.sampling_steps,
-            habc=HabcConfig(
-                critic=CriticConfig(steps=self.critic_steps), train=train, aware=self.aware, critics=self.critics
+            update=HabcRound(
+                HabcConfig(
+                    critic=CriticConfig(steps=self.critic_steps), train=train, aware=self.aware, critics=self.critics
+                )
             ),
         )
         store = PolicyStore(self.work_dir / "policies")

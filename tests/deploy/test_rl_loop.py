@@ -26,7 +26,7 @@ from deploy.rl.learner import LearnerOptions, run_learner
 from policies.generative.train import TrainConfig
 from policies.imitation import train_bc_run
 from policies.rl.critics import CriticConfig
-from policies.rl.habc import HabcConfig
+from policies.rl.habc import HabcConfig, HabcRound
 from reflexlab.dataset import load_dataset
 from sim.demos import record_demos
 
@@ -73,8 +73,9 @@ def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
     demos, initial = sft
     dataset, store, run_dir = tmp_path / "rollouts", PolicyStore(tmp_path / "policies"), tmp_path / "learner"
     options = LearnerOptions(
-        rounds=2, episodes_per_round=2, demos=demos, sampling_steps=4, poll_s=0.05, habc=HABC, evaluate_final=False
-    )
+        rounds=2, episodes_per_round=2, demos=demos, sampling_steps=4, poll_s=0.05, update=HabcRound(HABC),
+        evaluate_final=False,
+    )  # fmt: skip
     actors = [start_actor(dataset, store.root)]
     try:
         rows = run_learner(dataset, store, run_dir, initial, options, log=lambda _: None)
@@ -144,9 +145,7 @@ def test_reflexlab_rl_habc_runs_actor_and_learner_and_resumes(sft: tuple[Path, P
     assert ds.num_episodes >= 4 and all(len(ds.episode(i)["action"]) <= 30 for i in range(ds.num_episodes))
 
 
-def test_a_round_whose_update_diverges_is_rejected_naming_it_and_deploys_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_round_whose_update_diverges_is_rejected_naming_it_and_deploys_nothing(tmp_path: Path) -> None:
     from deploy.policy_store import PolicyVersion
     from reflexlab.dataset import DatasetWriter
 
@@ -158,10 +157,9 @@ def test_a_round_whose_update_diverges_is_rejected_naming_it_and_deploys_nothing
     def diverges(*args: object, **kwargs: object) -> None:
         raise FloatingPointError("non-finite advantage on a policy step: the critics diverged")
 
-    monkeypatch.setattr(learner_module, "habc_update", diverges)
     store = PolicyStore(tmp_path / "policies")
     deployed = PolicyVersion(1, tmp_path / "v000001.onnx", {"round": 2})
-    options = LearnerOptions(rounds=3, episodes_per_round=2, demos=tmp_path / "ds")
+    options = LearnerOptions(rounds=3, episodes_per_round=2, demos=tmp_path / "ds", update=diverges)
     row = learner_module._round(tmp_path / "ds", store, tmp_path / "run", tmp_path / "ckpt.pt", 3, deployed, options)
     assert row["verdict"] == "rejected" and row["reason"].startswith("round 3: update failed: non-finite advantage")
     assert row["evaluated"]["version"] == 1 and row["evaluated"]["episodes"] == 2 and store.versions() == []
