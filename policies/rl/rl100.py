@@ -1,0 +1,269 @@
+"""RL-100 after imitation (arXiv 2510.14830): offline RL gated by offline policy evaluation, online RL, a one-step head.
+
+The imitation stage (a diffusion policy on the demonstrations) is `policies.imitation.train_bc_run`; the rounds after
+it are `Rl100Round`, one `policies.rl.rounds.RoundUpdate` whose stage follows from the round number:
+
+* **offline** (rounds 1 … ``offline_rounds``): chunk-level IQL critics (`policies.rl.iql`) and a dynamics ensemble
+  (`policies.rl.ope`) are fit on every transition so far (demonstrations + the robot's episodes, interventions
+  included: IQL learns from any behaviour); then ``ppo_iterations`` PPO iterations over the denoising chain
+  (`policies.rl.chain_ppo`, ε 0.25) at the recorded observation windows, advantage A = min Q(s, a) − V(s) of the
+  executed part of each sampled chunk. Every ``ope_every`` iterations AM-Q scores the candidate against the
+  reference (the deployed policy at first) on the same start windows, elites and noise, and the reference advances
+  only when the candidate is ≥ ``min_improvement`` better (`policies.rl.ope.compare`). What is deployed is the last
+  accepted reference; a round that accepted nothing deploys nothing (the actor keeps its version and collects
+  another round's worth of episodes with it).
+* **online** (the next ``online_rounds``): the same PPO, ε 0.2, on the windows of the deployed version's own fresh
+  episodes, with critics refit on everything so far, and deployed without the OPE gate: the robot's next episodes
+  are the evaluation. Deviation from the paper, which keeps each rollout's denoising chain and runs PPO with GAE on
+  it: the actor serves an ONNX file whose DDIM sampler (η = 0) takes the initial noise only, so no chain is recorded;
+  chains are sampled again from the deployed policy at the visited states, and the advantage comes from the critics.
+* **distill** (the last round, when ``distill``): a consistency student (`policies.generative.train.distill_student`)
+  of the improved policy on the observations of the demonstrations and the episodes; it is what the robot serves
+  (exported with one sampling step).
+
+OPE scores what would be deployed: the policy's deterministic DDIM (η = 0) sampler with ``sampling_steps`` steps,
+the same as the exported ONNX file; PPO optimises the stochastic chain (η = 1) of the same network. Policies with
+cameras are refused: the critics and the dynamics read the state only.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+from policies.generative.policy import GenerativePolicy
+from policies.generative.train import TrainConfig, distill_student
+from policies.imitation import load_episodes
+from policies.rl.chain_ppo import ChainConfig, PpoConfig, chain_ppo_update, make_optimizer
+from policies.rl.iql import IqlConfig, IqlCritics
+from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
+from policies.rl.rounds import RoundOutcome
+from policies.rl.transitions import ChunkTransitions, chunk_transitions
+from reflexlab.dataset import load_dataset
+from reflexlab.spec import Spec
+
+Stage = Literal["offline", "online", "distill"]
+
+
+@dataclass(frozen=True)
+class Rl100Config:
+    """RL-100's rounds after imitation. Defaults follow METHODS.md where the paper gives a value, sized for a CPU.
+
+    Attributes:
+        demos: the demonstrations: offline data for the critics and observations for the distillation.
+        offline_rounds, online_rounds: how many rounds of each stage; ``distill``: a last round distilling the head.
+        gamma: per control step; a chunk of n steps is discounted by γⁿ.
+        ppo_iterations: chain-PPO iterations per round, each on ``ppo_batch`` windows drawn from the data.
+        ope_every: iterations between OPE checks (RL-100: ~50); ``ope_rollouts`` start windows, ``ope_horizon``
+            chunk steps each; ``min_improvement``: the relative AM-Q gain that advances the reference (paper: 5 %).
+        sampling_steps: the deployed DDIM sampler's steps (what OPE scores; the chain PPO's K is ``chain``'s).
+        distill_train: the consistency head's training.
+        chain: the stochastic chain PPO optimises. Its σ floor is 0.1 (DPPO's), not the 0.0067 METHODS.md reads from
+            RL-100: at σ 0.0067 the last denoising step's ratio swings over orders of magnitude with any update (on
+            the 1-D reach: approximate KL 5–15 per iteration, 64–74 % of that step's ratios clipped) and its
+            gradient drowns the other steps'; 100 iterations left the policy where it was on 3 of 3 seeds, where
+            with 0.1 60 iterations took forward steps from 36 % to 75–82 % on 2 of 3 (the third's candidates were
+            rejected by OPE, as they should be). The deployed DDIM sampler is unchanged: the chain's mean path.
+        seed: critics, dynamics, chains and OPE draws.
+    """
+
+    demos: Path
+    offline_rounds: int = 3
+    online_rounds: int = 1
+    distill: bool = True
+    gamma: float = 0.99
+    iql: IqlConfig = field(default_factory=IqlConfig)
+    dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
+    chain: ChainConfig = field(default_factory=lambda: ChainConfig(sigma_min=0.1))
+    offline_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.25, lr=1e-5))
+    online_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.2, lr=3e-6))
+    ppo_iterations: int = 200
+    ppo_batch: int = 256
+    ope_every: int = 50
+    ope_rollouts: int = 256
+    ope_horizon: int = 10
+    min_improvement: float = 0.05
+    sampling_steps: int = 10
+    distill_train: TrainConfig = field(
+        default_factory=lambda: TrainConfig(
+            method="consistency", max_steps=3000, lr=1e-3, teacher_samples_per_window=2, checkpoint_every=10**9
+        )
+    )
+    seed: int = 0
+
+    @property
+    def rounds(self) -> int:
+        """Learner rounds in all: offline, online, then the distillation."""
+        return self.offline_rounds + self.online_rounds + int(self.distill)
+
+    def stage(self, round_: int) -> Stage:
+        """The stage of learner round ``round_`` (1-based)."""
+        if not 1 <= round_ <= self.rounds:
+            raise ValueError(f"RL-100 has {self.rounds} rounds, not round {round_}")
+        if round_ <= self.offline_rounds:
+            return "offline"
+        return "online" if round_ <= self.offline_rounds + self.online_rounds else "distill"
+
+
+@dataclass(frozen=True)
+class Rl100Round:
+    """RL-100 as the learner's round update (`policies.rl.rounds.RoundUpdate`)."""
+
+    config: Rl100Config
+
+    def __call__(self, dataset: Path, checkpoint: Path, out: Path, round_: int) -> RoundOutcome:
+        stage = self.config.stage(round_)
+        out.mkdir(parents=True, exist_ok=True)
+        if stage == "distill":
+            return self._distill(dataset, checkpoint, out)
+        return self._improve(dataset, checkpoint, out, stage, round_)
+
+    def _improve(self, dataset: Path, checkpoint: Path, out: Path, stage: Stage, round_: int) -> RoundOutcome:
+        cfg = self.config
+        policy, extra = GenerativePolicy.load(checkpoint)
+        spec = _policy_spec(policy, extra, checkpoint)
+        rollouts = load_dataset(dataset)
+        spec.task_interface().check_compatible(rollouts.spec.task_interface(), context=f"dataset {dataset}")
+        data = _concat(
+            chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma),
+            chunk_transitions(rollouts, spec, cfg.gamma),
+        )
+        torch.manual_seed(cfg.seed + round_)
+        critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))
+        critic_losses = critics.fit(data)
+        numbers: dict[str, Any] = {"transitions": len(data), "critics": critic_losses}
+        executed = slice(spec.observation_horizon - 1, spec.observation_horizon - 1 + spec.execution_horizon)
+
+        def advantage(windows: np.ndarray, chunks: np.ndarray) -> np.ndarray:
+            return critics.advantage(windows[:, -1], chunks[:, executed])
+
+        if stage == "online":  # the deployed version's own states; the robot's next episodes judge the result
+            states = _latest_version_windows(dataset, spec, cfg.gamma)
+            stats = self._ppo(policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_)
+            numbers |= {"ppo": stats, "ppo_windows": len(states)}
+            return RoundOutcome(_save(policy, extra, out, stage, numbers), numbers, stage)
+
+        ensemble = DynamicsEnsemble(data.obs_horizon, data.obs_dim, data.chunk, data.action_dim, cfg.dynamics)
+        numbers["dynamics"] = ensemble.fit(data)
+        rng = np.random.default_rng(cfg.seed + round_)
+        start = data.window[rng.choice(len(data), size=min(cfg.ope_rollouts, len(data)), replace=False)]
+
+        def estimate(candidate: GenerativePolicy) -> OpeEstimate:
+            act = _deterministic_act(candidate, spec, cfg.sampling_steps, executed, seed=cfg.seed + round_)
+            return am_q(act, critics, ensemble, start, cfg.ope_horizon, seed=cfg.seed + round_)
+
+        reference, reference_value = copy.deepcopy(policy), estimate(policy)
+        checks: list[dict[str, Any]] = []
+        optimizer = make_optimizer(policy, cfg.offline_ppo)
+        generator = torch.Generator().manual_seed(cfg.seed + round_)
+        for start_it in range(0, cfg.ppo_iterations, cfg.ope_every):
+            iterations = min(cfg.ope_every, cfg.ppo_iterations - start_it)
+            stats = self._ppo(policy, data.window, advantage, cfg.offline_ppo, iterations, round_, optimizer, generator)
+            candidate = estimate(policy)
+            verdict = compare(candidate, reference_value, cfg.min_improvement)
+            checks.append(
+                {
+                    "iteration": start_it + iterations,
+                    "candidate": candidate.value,
+                    "candidate_stderr": candidate.stderr,
+                    "reference": reference_value.value,
+                    "disagreement": candidate.disagreement,
+                    "accepted": verdict.accepted,
+                    "reason": verdict.reason,
+                    "ppo": stats,
+                }
+            )
+            if verdict.accepted:
+                reference, reference_value = copy.deepcopy(policy), candidate
+        accepted = sum(c["accepted"] for c in checks)
+        numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}
+        if not accepted:
+            return RoundOutcome(None, numbers, stage, reason=f"OPE accepted none of {len(checks)} candidates")
+        return RoundOutcome(_save(reference, extra, out, stage, numbers), numbers, stage)
+
+    def _ppo(
+        self,
+        policy: GenerativePolicy,
+        windows: np.ndarray,
+        advantage: Any,
+        ppo: PpoConfig,
+        iterations: int,
+        round_: int,
+        optimizer: torch.optim.Optimizer | None = None,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, float]:
+        """``iterations`` chain-PPO iterations on batches drawn from ``windows``; the last iteration's figures."""
+        generator = generator or torch.Generator().manual_seed(self.config.seed + round_)
+        optimizer = optimizer or make_optimizer(policy, ppo)
+        obs = torch.as_tensor(windows, dtype=torch.float32)
+        stats = None
+        for _ in range(iterations):
+            idx = torch.randint(len(obs), (min(self.config.ppo_batch, len(obs)),), generator=generator)
+            stats = chain_ppo_update(policy, obs[idx], None, advantage, ppo, self.config.chain, generator, optimizer)
+        return {} if stats is None else {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)}
+
+    def _distill(self, dataset: Path, checkpoint: Path, out: Path) -> RoundOutcome:
+        """The consistency head of the improved policy, on the demonstrations' and the episodes' observations."""
+        policy, extra = GenerativePolicy.load(checkpoint)
+        spec = _policy_spec(policy, extra, checkpoint)
+        episodes = load_episodes(self.config.demos)[0] + load_episodes(dataset)[0]
+        cfg = dataclasses.replace(self.config.distill_train, seed=self.config.seed, progress=False)
+        student = distill_student(checkpoint, episodes, cfg, out / "student", spec.to_json())
+        numbers = {"teacher": str(checkpoint), "steps": cfg.max_steps, "windows_from_episodes": len(episodes)}
+        return RoundOutcome(student, numbers, "distill", sampling_steps=1)
+
+
+def _policy_spec(policy: GenerativePolicy, extra: dict[str, Any], checkpoint: Path) -> Spec:
+    if policy.objective is None:
+        raise ValueError(f"{checkpoint} is a {policy.method} student: RL-100 improves the multi-step policy")
+    if policy.image_keys:
+        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: RL-100's critics read the state only")
+    return Spec.from_dict(extra["spec"])
+
+
+def _concat(*parts: ChunkTransitions) -> ChunkTransitions:
+    """One set of transitions from several datasets (their episode numbers are offset to stay distinct)."""
+    offset, columns = 0, []
+    for part in parts:
+        columns.append(dataclasses.replace(part, episode=part.episode + offset))
+        offset += int(part.episode.max()) + 1 if len(part) else 0
+    merged = {
+        f.name: np.concatenate([getattr(c, f.name) for c in columns])
+        for f in dataclasses.fields(ChunkTransitions)
+        if f.name != "gamma"
+    }
+    return ChunkTransitions(**merged, gamma=parts[0].gamma)
+
+
+def _latest_version_windows(dataset: Path, spec: Spec, gamma: float) -> np.ndarray:
+    """The observation windows of the newest policy version's episodes: the online stage's on-policy states."""
+    ds = load_dataset(dataset)
+    versions = np.array([int(ds.episode(i)["policy_version"][0]) for i in range(ds.num_episodes)])
+    transitions = chunk_transitions(ds, spec, gamma)
+    return transitions.window[versions[transitions.episode] == versions.max()]
+
+
+def _deterministic_act(policy: GenerativePolicy, spec: Spec, steps: int, executed: slice, seed: int) -> Any:
+    """windows → executed chunks with the deployed sampler (DDIM η = 0), noise drawn from ``seed`` per call order,
+    so that two policies scored with the same seed see the same noise (common random numbers)."""
+    generator = torch.Generator().manual_seed(seed)
+
+    @torch.no_grad()
+    def act(windows: np.ndarray) -> np.ndarray:
+        noise = torch.randn((len(windows), spec.action_chunk, spec.action.size), generator=generator)
+        chunk = policy.sample(torch.as_tensor(windows, dtype=torch.float32), noise, steps)
+        return chunk[:, executed].numpy()
+
+    return act
+
+
+def _save(policy: GenerativePolicy, extra: dict[str, Any], out: Path, stage: Stage, numbers: dict[str, Any]) -> Path:
+    """The improved policy as a checkpoint of its own (its weights only: PPO keeps no EMA)."""
+    info = {**extra, "rl100": {"stage": stage, "transitions": numbers["transitions"]}}
+    return policy.save(out / "policy.pt", info)

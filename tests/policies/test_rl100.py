@@ -1,0 +1,92 @@
+"""RL-100's learner rounds on the 1-D reach (`test_habc`): stages, OPE-gated offline PPO, the online step, the head.
+
+A diffusion policy cloned from episodes that step forward (and succeed) or back (and time out) steps forward about
+half the time; an offline round (IQL critics, dynamics ensemble, PPO over the denoising chain, AM-Q gate) must
+deploy a policy that steps forward far more often, and only a candidate the OPE accepted. The distill round's head is
+a one-step consistency student exported with one sampling step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+import torch
+
+from policies.generative.policy import GenerativePolicy, PolicyOptions
+from policies.generative.train import TrainConfig, train_teacher
+from policies.imitation import chunked
+from policies.rl.chain_ppo import ChainConfig, PpoConfig
+from policies.rl.iql import IqlConfig
+from policies.rl.ope import DynamicsConfig
+from policies.rl.rl100 import Rl100Config, Rl100Round
+from reflexlab.dataset import load_dataset
+from tests.policies.test_habc import SPEC, forward_fraction, write_reach
+
+CONFIG = Rl100Config(
+    demos=Path("unset"), offline_rounds=1, online_rounds=1, gamma=0.9,
+    iql=IqlConfig(gamma=0.9, hidden=64, steps=600), dynamics=DynamicsConfig(hidden=64, steps=600),
+    chain=ChainConfig(sampling_steps=5, sigma_min=0.1), offline_ppo=PpoConfig(lr=2e-4, minibatch_size=64),
+    online_ppo=PpoConfig(clip=0.2, lr=2e-4, minibatch_size=64), ppo_iterations=60, ppo_batch=256, ope_every=20,
+    ope_rollouts=128, ope_horizon=4, sampling_steps=5,
+    distill_train=TrainConfig(
+        method="consistency", max_steps=40, batch_size=64, teacher_steps=5, teacher_samples_per_window=1,
+        checkpoint_every=10**9, progress=False,
+    ),
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def reach(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the reach dataset, a diffusion policy cloned from all of it)."""
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("rl100")
+    write_reach(root / "ds")
+    episodes = [{"obs": e["observation.state"], "action": e["action"]} for e in load_dataset(root / "ds").episodes()]
+    train = TrainConfig(
+        method="diffusion", max_steps=300, batch_size=64, warmup_steps=10, checkpoint_every=10**9, progress=False,
+        policy=PolicyOptions(down_dims=(16, 32)),
+    )  # fmt: skip
+    return root / "ds", train_teacher(episodes, train, root / "sft", chunked(SPEC, 1, 4, 2).to_json())
+
+
+def test_stages_follow_the_round_number() -> None:
+    config = dataclasses.replace(CONFIG, offline_rounds=2, online_rounds=1)
+    assert config.rounds == 4
+    assert [config.stage(r) for r in range(1, 5)] == ["offline", "offline", "online", "distill"]
+    with pytest.raises(ValueError, match="RL-100 has 4 rounds, not round 5"):
+        config.stage(5)
+
+
+def test_an_offline_round_deploys_only_what_ope_accepted_and_steps_forward_more(
+    reach: tuple[Path, Path], tmp_path: Path
+) -> None:
+    dataset, sft = reach
+    update = Rl100Round(dataclasses.replace(CONFIG, demos=dataset))
+    outcome = update(dataset, sft, tmp_path / "round", 1)
+    checks = outcome.numbers["ope"]
+    assert outcome.stage == "offline" and len(checks) == 3
+    assert outcome.numbers["ope_accepted"] + outcome.numbers["ope_rejected"] == 3
+    assert all(c["accepted"] == (c["candidate"] >= c["reference"] + 0.05 * abs(c["reference"])) for c in checks)
+    assert outcome.checkpoint is not None, f"OPE accepted nothing: {[c['reason'] for c in checks]}"
+    before, after = forward_fraction(sft), forward_fraction(outcome.checkpoint)
+    assert after > before + 0.2, (before, after)
+    policy, extra = GenerativePolicy.load(outcome.checkpoint)
+    assert policy.method == "diffusion" and extra["rl100"]["stage"] == "offline" and "spec" in extra
+
+
+def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_round_makes_a_head(
+    reach: tuple[Path, Path], tmp_path: Path
+) -> None:
+    dataset, sft = reach
+    update = Rl100Round(dataclasses.replace(CONFIG, demos=dataset))
+    online = update(dataset, sft, tmp_path / "online", 2)
+    assert online.stage == "online" and online.checkpoint is not None and "ope" not in online.numbers
+    assert online.numbers["ppo_windows"] == online.numbers["transitions"] // 2  # the dataset is demos and rollouts
+    head = update(dataset, online.checkpoint, tmp_path / "distill", 3)
+    assert head.stage == "distill" and head.sampling_steps == 1
+    student, _ = GenerativePolicy.load(head.checkpoint)
+    assert student.method == "consistency"
+    with pytest.raises(ValueError, match="student: RL-100 improves the multi-step policy"):
+        update(dataset, head.checkpoint, tmp_path / "again", 1)
