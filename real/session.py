@@ -24,6 +24,7 @@ from real.ros_arm import RosArm
 from real.tasks import ArmTask, arm_task
 from real.teleop_link import ArmIntervention
 from reflexlab.dataset import DatasetWriter
+from reflexlab.ros.topics import ArmTopics
 from reflexlab.spec import Spec
 
 
@@ -234,7 +235,7 @@ def arm_env(
     released on exit: what `reflexlab record` and the real-world RL actor both step."""
     if o.sim_as_real:  # the simulated robot lives on this host; never talk to the LAN
         os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    with _maybe_bridge(o), _arm() as arm:
+    with _maybe_bridge(o), _arm(task) as arm:
         arm.wait_for_state(timeout_s=30.0)
         env = RealEnv(
             arm,
@@ -259,8 +260,8 @@ def _maybe_bridge(o: RecordOptions) -> Iterator[object]:
 
 
 @contextmanager
-def _arm() -> Iterator[RosArm]:
-    arm = RosArm()
+def _arm(task: ArmTask) -> Iterator[RosArm]:
+    arm = RosArm(ArmTopics.tracking(task.tracked_objects))  # the task's tracked objects, on their tracker topics
     try:
         yield arm
     finally:

@@ -9,20 +9,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 import numpy as np
 
 from real.ros_arm import ArmState, yaw_of
 from reflexlab.spec import Spec
+from reflexlab.tasks.panda_peg_insert import constants as PC
+from reflexlab.tasks.panda_peg_insert import expert as peg_expert
+from reflexlab.tasks.panda_peg_insert import spec as peg
 from reflexlab.tasks.panda_push_t import constants as C
 from reflexlab.tasks.panda_push_t import geometry as G
 from reflexlab.tasks.panda_push_t.expert import expert_policy
 from reflexlab.tasks.panda_push_t.spec import make_spec, observation
 
+DOWN = np.array([0.0, 1.0, 0.0, 0.0])  # w, x, y, z: the tool pointing down at its home yaw (both arm tasks)
+
 
 class ArmTask(Protocol):
     spec: Spec
+    tracked_objects: tuple[str, ...]  # the objects whose poses a tracker must publish (`ArmTopics.tracking`)
 
     def observation(self, state: ArmState) -> np.ndarray:
         """The policy observation in the Spec's order."""
@@ -73,10 +79,11 @@ class PushTTask:
     tip_height: float
     tip_quat: np.ndarray  # (4,) pusher pointing down
     reset_lift: float = 0.06  # m: the block is 30 mm tall
+    tracked_objects: ClassVar[tuple[str, ...]] = ("block",)
 
     @classmethod
     def create(cls) -> PushTTask:
-        return cls(make_spec(), C.PUSHER_HEIGHT, np.array([0.0, 1.0, 0.0, 0.0]))
+        return cls(make_spec(), C.PUSHER_HEIGHT, DOWN)
 
     def observation(self, state: ArmState) -> np.ndarray:
         return observation(state.ee_pos[:2], self._block_pose(state))
@@ -126,7 +133,65 @@ class PushTTask:
         return np.array([block[0], block[1], yaw_of(block[3:])])
 
 
-ARM_TASKS = {"panda-push-t": PushTTask.create}
+@dataclass
+class PegInsertTask:
+    """`panda-peg-insert`: the peg tip's x, y, z is the action; the hole's position comes from the tracker.
+
+    Success is judged on the tracked hole: a tip 2 cm below the rim within the base's footprint can only be
+    in the hole, so the tracker's few millimetres of error do not matter (`spec.inserted_depth`).
+    """
+
+    spec: Spec
+    tracked_objects: ClassVar[tuple[str, ...]] = ("hole",)
+
+    @classmethod
+    def create(cls) -> PegInsertTask:
+        return cls(peg.make_spec())
+
+    def observation(self, state: ArmState) -> np.ndarray:
+        return peg.observation(state.ee_pos, self._hole(state))
+
+    def ee_target(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return np.asarray(action, dtype=np.float64)[:3].copy(), DOWN
+
+    def hold_action(self, state: ArmState) -> np.ndarray:
+        return self.ee_action(state.ee_pos)
+
+    def ee_action(self, position: np.ndarray) -> np.ndarray:
+        return np.asarray(position, dtype=np.float64)[:3].copy()
+
+    def reset_path(self, state: ArmState) -> list[np.ndarray]:
+        """Straight up out of the hole first (sideways, the peg would drag the walls), then over to home."""
+        home = self.home_action()
+        up = max(float(state.ee_pos[2]), home[2])
+        return [np.array([state.ee_pos[0], state.ee_pos[1], up]), home]
+
+    def clip_ee(self, position: np.ndarray) -> np.ndarray:
+        return np.clip(np.asarray(position, dtype=np.float64)[:3], self.spec.action.lower, self.spec.action.upper)
+
+    def home_action(self) -> np.ndarray:
+        low, high = np.array(self.spec.action.lower), np.array(self.spec.action.upper)
+        return np.array([low[0] + 0.05, 0.5 * (low[1] + high[1]), PC.INIT_TIP_Z[1]])  # near the robot, above all
+
+    def reward(self, state: ArmState) -> tuple[float, bool]:
+        hole = self._hole(state)
+        return float(peg.progress(state.ee_pos, hole)), bool(peg.seated(state.ee_pos, hole))
+
+    def expert(self, seed: int) -> tuple[Callable[[np.ndarray], np.ndarray], Callable[[], None]]:
+        return peg_expert.expert_policy(seed)
+
+    def failure_boxes(self) -> dict[str, tuple[tuple[float, ...], tuple[float, ...]]]:
+        """The hole base is fixed to the table: a tracked hole outside the region holes are placed in is lost."""
+        margin = 0.03
+        low, high = PC.INIT_HOLE_LOW, PC.INIT_HOLE_HIGH
+        return {"hole": ((low[0] - margin, low[1] - margin, -0.05), (high[0] + margin, high[1] + margin, 0.10))}
+
+    @staticmethod
+    def _hole(state: ArmState) -> np.ndarray:
+        return np.asarray(state.objects["hole"][:2], dtype=np.float64)
+
+
+ARM_TASKS = {"panda-push-t": PushTTask.create, "panda-peg-insert": PegInsertTask.create}
 
 
 def arm_task(name: str) -> ArmTask:

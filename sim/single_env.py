@@ -37,7 +37,7 @@ class SimSingleEnv:
     """Scene 0 of the task's batched scene env (``num_envs=1``), behind `reflexlab.env.SingleEnv`.
 
     Args:
-        task: a demonstration task (``panda-push-t``).
+        task: a demonstration task (``panda-push-t``, ``panda-peg-insert``).
         episode_steps: control steps before an episode is truncated (default: the task's).
         intervention: who may take over (None: the policy commands every step).
     """
@@ -64,7 +64,7 @@ class SimSingleEnv:
         if self.intervention is not None:
             self.intervention.reset()
         self.steps = 0
-        self._held = np.asarray(self._env.pusher_xy()[0], dtype=np.float64)
+        self._held = np.asarray(self._env.hold_action()[0], dtype=np.float64)
         self._open = True
         return obs, {"seed": seed, "timestamp": 0.0}
 

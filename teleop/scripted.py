@@ -137,11 +137,26 @@ class ScriptedIntervention:
         self.person.reset(self._episodes)
 
 
-def scripted_person(task: str, config: ScriptedPersonConfig = ScriptedPersonConfig(), seed: int = 0) -> ScriptedPerson:
-    """The stand-in for ``task``: its expert as the hand, its progress measure and safety region as the judgement."""
+# panda-peg-insert's person (used when no config is given): a 5 mm shaky hand never finds a 0.5 mm gap, and
+# handing back after +0.1 progress returned the peg to the policy after two steps of approach or 2.5 mm of depth.
+# Measured with a policy that only holds the arm (seeds 0-9, 15 s): this config 7/10 successes; noise 0.5 mm 8/10,
+# 2 mm 5/10; push-T's config 0/10.
+PEG_INSERT_PERSON = ScriptedPersonConfig(handback_gain=0.5, max_steps=60, noise_std=0.001)
+
+
+def scripted_person(task: str, config: ScriptedPersonConfig | None = None, seed: int = 0) -> ScriptedPerson:
+    """The stand-in for ``task``: its expert as the hand, its progress measure and safety region as the judgement.
+
+    ``config`` None: the task's own (push-T: `ScriptedPersonConfig`'s defaults; peg-insert: `PEG_INSERT_PERSON`).
+    """
     if task == "panda-push-t":
         from reflexlab.tasks.panda_push_t.expert import expert_policy
         from reflexlab.tasks.panda_push_t.spec import block_in_workspace, coverage_of
 
-        return ScriptedPerson(expert_policy, coverage_of, block_in_workspace, config, seed)
+        return ScriptedPerson(expert_policy, coverage_of, block_in_workspace, config or ScriptedPersonConfig(), seed)
+    if task == "panda-peg-insert":
+        from reflexlab.tasks.panda_peg_insert.expert import expert_policy as peg_expert
+        from reflexlab.tasks.panda_peg_insert.spec import in_safety_region, progress_of
+
+        return ScriptedPerson(peg_expert, progress_of, in_safety_region, config or PEG_INSERT_PERSON, seed)
     raise ValueError(f"no scripted person for task {task!r}: it needs the task's expert and a progress measure")

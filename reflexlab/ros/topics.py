@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+
+
+def tracker_topic(name: str) -> str:
+    """Where a tracker publishes object ``name``'s pose (geometry_msgs/PoseStamped, base frame)."""
+    return f"/tracker/{name}_pose"
 
 
 @dataclass(frozen=True)
@@ -15,6 +20,11 @@ class ArmTopics:
     ee_target: str = "/franka/ee_command"  # geometry_msgs/PoseStamped, base frame
     # Tracked objects (name -> geometry_msgs/PoseStamped topic): a motion-capture or camera tracker on the
     # robot, the simulator's ground truth in sim-as-real.
-    objects: Mapping[str, str] = field(default_factory=lambda: {"block": "/tracker/block_pose"})
+    objects: Mapping[str, str] = field(default_factory=lambda: {"block": tracker_topic("block")})
     sim_reset: str = "/sim/reset"  # std_msgs/Int64 seed: the simulator's "person" resets the scene
     sim_reset_done: str = "/sim/reset_done"  # std_msgs/Int64 echo of the seed once the scene is reset
+
+    @classmethod
+    def tracking(cls, names: Iterable[str]) -> ArmTopics:
+        """The standard topics, with a tracker topic for each of a task's tracked objects ``names``."""
+        return cls(objects={name: tracker_topic(name) for name in names})

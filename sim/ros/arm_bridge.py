@@ -1,10 +1,12 @@
-"""The MuJoCo arm bridge: a simulated Panda pushing a T block behind the same topics as the real arm.
+"""The MuJoCo arm bridge: a simulated Panda at an arm task (push-T, peg-insert) behind the same topics as the real arm.
 
 Sim-as-real for the arm tasks: the real-robot `Env` (`real.env`), `reflexlab record` and every
 real-world RL loop talk to this node exactly as they talk to `franka_node` on the robot
 (`real.ros_arm.ArmTopics`): joint states and the end-effector pose at ``publish_rate_hz``,
 tracked object poses at ``tracker_rate_hz`` (a camera tracker's rate), a rendered scene camera on
 the topic the robot's RealSense node uses, end-effector targets in.
+Each object the task's scene tracks (push-T: the block; peg-insert: the hole, with the task's tracker error)
+is published on its tracker topic (`reflexlab.ros.topics.tracker_topic`).
 Physics runs at the task's rate locked to the wall clock (`TaskEntry.realtime`, e.g. push-T's),
 so a policy that is late, or a person that is slow, is late in the scene too. A watchdog holds
 the arm where it is when targets stop for ``command_timeout_s``. ``/sim/reset`` (a seed) is the
@@ -59,22 +61,26 @@ class ArmBridge(Node):
         p = {name: self.get_parameter(name).value for name in PARAMETERS}
         if p["task"] not in sim_as_real_tasks():
             raise ValueError(f"arm bridge task must be one of {tuple(sim_as_real_tasks())}, got {p['task']!r}")
-        self.topics = t = topics or ArmTopics()
         self.sim = get_task(p["task"]).realtime(int(p["seed"]))
+        self.topics = t = topics or ArmTopics.tracking(self.sim.tracked_objects)
         self.timeout = float(p["command_timeout_s"])
         self.publish_every = max(1, round(1.0 / (self.sim.dt * float(p["publish_rate_hz"]))))
         self.tracker_every = max(1, round(1.0 / (self.sim.dt * float(p["tracker_rate_hz"]))))
         qos = state_qos(best_effort=False)
         self._js_pub = self.create_publisher(JointState, t.joint_states, qos)
         self._ee_pub = self.create_publisher(PoseStamped, t.ee_pose, qos)
-        self._block_pub = self.create_publisher(PoseStamped, t.objects["block"], qos)
+        self._tracker_pubs = {
+            n: self.create_publisher(PoseStamped, t.objects[n], qos) for n in self.sim.tracked_objects
+        }
         self._reset_done_pub = self.create_publisher(Int64, t.sim_reset_done, 10)
         self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(PoseStamped, t.ee_target, self._on_target, qos)
         self.create_subscription(Int64, t.sim_reset, self._on_reset, 10)
         self._js = JointState(name=list(self.sim.joint_names))
-        self._ee, self._block = PoseStamped(), PoseStamped()
-        self._ee.header.frame_id = self._block.header.frame_id = "base"
+        self._ee = PoseStamped()
+        self._tracked = {name: PoseStamped() for name in self.sim.tracked_objects}
+        for msg in (self._ee, *self._tracked.values()):
+            msg.header.frame_id = "base"
         self.targets = self.rejected = self.holds = self.resets = 0
         self._start_clock()
         self._camera: SceneCamera | None = None
@@ -87,7 +93,8 @@ class ArmBridge(Node):
         self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
         self.get_logger().info(
             f"{p['task']}: physics {1 / self.sim.dt:g} Hz, arm state every {self.publish_every} step(s) on "
-            f"{t.joint_states} + {t.ee_pose}, tracker on {t.objects['block']}, targets on {t.ee_target}"
+            f"{t.joint_states} + {t.ee_pose}, tracker on {', '.join(t.objects[n] for n in self.sim.tracked_objects)}, "
+            f"targets on {t.ee_target}"
         )
 
     def _start_clock(self) -> None:
@@ -142,10 +149,11 @@ class ArmBridge(Node):
         self._js_pub.publish(js)
         self._ee_pub.publish(ee)
         if tracker:
-            x, y, yaw = s.block_pose.tolist()
-            self._block.header.stamp = stamp
-            _set_pose(self._block, np.array([x, y, 0.015]), np.array([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)]))
-            self._block_pub.publish(self._block)
+            for name, pose in self.sim.tracked_poses().items():
+                msg = self._tracked[name]
+                msg.header.stamp = stamp
+                _set_pose(msg, pose[:3], pose[3:])
+                self._tracker_pubs[name].publish(msg)
 
     def diagnostics(self) -> dict[str, float | int | str]:
         wall = time.monotonic() - self._t_start
@@ -157,7 +165,7 @@ class ArmBridge(Node):
             "clipped_targets": self.sim.clipped_targets,
             "holds": self.holds,
             "resets": self.resets,
-            "coverage": self.sim.coverage(),
+            **self.sim.diagnostics(),
             "camera_frames": self._camera.frames if self._camera is not None else 0,
         }
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import mujoco
 import numpy as np
@@ -29,12 +30,15 @@ SCENE_XML = Path(__file__).with_name("panda_push_t.xml")
 
 
 class ArmIK:
-    """Damped-least-squares IK for the pusher tip: position + a fixed downward orientation."""
+    """Damped-least-squares IK for a tool tip (``site``: push-T's pusher, the peg-insert task's peg): position + a
+    fixed downward orientation."""
 
-    def __init__(self, model: mujoco.MjModel, damping: float = 0.02, posture_gain: float = 0.2) -> None:
+    def __init__(
+        self, model: mujoco.MjModel, damping: float = 0.02, posture_gain: float = 0.2, site: str = C.PUSHER_SITE
+    ) -> None:
         self.model = model
         self.data = mujoco.MjData(model)
-        self.site = model.site(C.PUSHER_SITE).id
+        self.site = model.site(site).id
         self.qadr = np.array([model.jnt_qposadr[model.joint(n).id] for n in C.JOINT_NAMES])
         self.dadr = np.array([model.jnt_dofadr[model.joint(n).id] for n in C.JOINT_NAMES])
         self.lower, self.upper = np.array(C.JOINT_LOWER), np.array(C.JOINT_UPPER)
@@ -92,6 +96,14 @@ class PushTEnv:
     # The expert's modes, for evaluations that check a policy kept them (see `modes`).
     two_sided_states = staticmethod(modes.two_sided_states)
     chunk_mode = staticmethod(modes.chunk_mode)
+    # What `sim.demos` records beside observation and action: the block pose (x, y, yaw; for analysis, not a
+    # policy input), the detour's side (+1 counter-clockwise, −1 clockwise, 0 none) and whether it was drawn
+    # at random between two near-equal ways (1).
+    demo_features: ClassVar[dict[str, tuple[int, ...]]] = {
+        "observation.environment_state": (3,),
+        "expert.detour": (1,),
+        "expert.two_sided": (1,),
+    }
 
     def __init__(self, num_envs: int = 1, episode_steps: int = C.EPISODE_STEPS) -> None:
         self.model = mujoco.MjModel.from_xml_path(str(SCENE_XML))
@@ -126,6 +138,18 @@ class PushTEnv:
 
     def observation(self) -> np.ndarray:
         return observation(self.pusher_xy(), self.block_pose())
+
+    def hold_action(self) -> np.ndarray:
+        """(N, 2) the action that keeps each pusher where it is."""
+        return self.pusher_xy()
+
+    def expert_inputs(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """What the scripted expert acts on, per scene: the pusher and the block's pose."""
+        return list(zip(self.pusher_xy(), self.block_pose(), strict=True))
+
+    def environment_state(self) -> np.ndarray:
+        """(N, 3) the block poses, recorded beside the demonstrations."""
+        return self.block_pose()
 
     def coverage(self) -> np.ndarray:
         return G.coverage(self.block_pose())

@@ -27,20 +27,21 @@ MAX_LIFT = 0.15  # m above the pushing height
 
 
 @dataclass(frozen=True)
-class PushTState:
-    """What the robot's drivers and an object tracker would report, plus the sim time."""
+class ArmSceneState:
+    """What the arm's drivers would report, plus the sim time (tracked objects: the scene's ``tracked_poses``)."""
 
     time: float
     joint_pos: np.ndarray
     joint_vel: np.ndarray
     joint_effort: np.ndarray
-    tip_pos: np.ndarray  # (3,) pusher tip in the base frame, m
+    tip_pos: np.ndarray  # (3,) tool tip (push-T: the pusher's) in the base frame, m
     tip_quat: np.ndarray  # (4,) w, x, y, z
-    block_pose: np.ndarray  # (3,) x, y, yaw of the block's centre of mass
 
 
 class RealtimePushT:
     """A single scene; `step` advances one physics step (``C.PHYSICS_DT``)."""
+
+    tracked_objects = ("block",)  # what the scene's tracker reports (`tracked_poses`)
 
     def __init__(self, seed: int = 0) -> None:
         self._env = PushTEnv(num_envs=1)
@@ -93,19 +94,24 @@ class RealtimePushT:
         self.steps += 1
         self.time += self.dt
 
-    def state(self) -> PushTState:
+    def state(self) -> ArmSceneState:
         d, ik = self.data, self.ik
         quat = np.empty(4)
         mujoco.mju_mat2Quat(quat, d.site_xmat[ik.site])
-        return PushTState(
+        return ArmSceneState(
             time=self.time,
             joint_pos=d.qpos[ik.qadr].copy(),
             joint_vel=d.qvel[ik.dadr].copy(),
             joint_effort=d.actuator_force.copy(),
             tip_pos=d.site_xpos[ik.site].copy(),
             tip_quat=quat,
-            block_pose=self._env.block_pose()[0],
         )
 
-    def coverage(self) -> float:
-        return float(G.coverage(self._env.block_pose())[0])
+    def tracked_poses(self) -> dict[str, np.ndarray]:
+        """Object name → (7,) x, y, z, qw, qx, qy, qz, as a tracker reports it: the block at mid-height, its yaw."""
+        x, y, yaw = self._env.block_pose()[0]
+        return {"block": np.array([x, y, C.BLOCK_HEIGHT / 2, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2)])}
+
+    def diagnostics(self) -> dict[str, float]:
+        """The task's own numbers for the bridge's diagnostics."""
+        return {"coverage": float(G.coverage(self._env.block_pose())[0])}
