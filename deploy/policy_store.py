@@ -8,6 +8,8 @@ and this one, so they can run on two machines over a shared or synced folder (NF
                                     export parity error and the tolerance it passed, the Spec, when
     <store>/v000004.rejected.json   a version the learner refused to deploy (parity, non-finite weights), and why
     <store>/finished.json           the learner is done: an actor stops at its next episode boundary
+    <store>/wanted.json             how many committed episodes the learner wants in the dataset so far: a paced
+                                    actor holds the robot between episodes once it has them (none: no limit)
 
 Publishing writes the ONNX (temp file, fsync, rename), then the record the same way: the record's rename is the
 commit point. A reader takes a version only when its record exists and the .onnx has the recorded size and sha256,
@@ -38,6 +40,7 @@ from reflexlab.spec import Spec, SpecMismatchError
 _NAME = re.compile(r"v(\d{6})(\.rejected)?\.json$")
 RECORD_FORMAT = 1
 FINISHED = "finished.json"  # written by a learner that has deployed its last version
+WANTED = "wanted.json"  # the dataset size the learner waits for: the actor collects no further
 
 
 class PolicyStoreError(ValueError, UserFacingError):
@@ -112,6 +115,25 @@ class PolicyStore:
     def reopen(self) -> None:
         """Take back `finish`: a learner (re)started for more rounds."""
         (self.root / FINISHED).unlink(missing_ok=True)
+
+    def want(self, episodes: int | None) -> None:
+        """Ask the actor for a dataset of ``episodes`` committed episodes and no more (None: collect without limit).
+
+        Rounds of RL-100 and HABC train on a fixed budget of robot time: an actor that kept collecting with the old
+        version while the learner trains would spend robot time the method never accounts for (and, in the
+        simulator, hundreds of episodes per round)."""
+        if episodes is None:
+            (self.root / WANTED).unlink(missing_ok=True)
+            return
+        self.root.mkdir(parents=True, exist_ok=True)
+        write_json_atomically(self.root / WANTED, {"episodes": int(episodes)})
+
+    def wanted(self) -> int | None:
+        """The dataset size the learner asked for (`want`), or None for no limit."""
+        try:
+            return int(json.loads((self.root / WANTED).read_text())["episodes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
 
     # actor side ----------------------------------------------------------------------------------------------------
     def finished(self) -> dict[str, Any] | None:

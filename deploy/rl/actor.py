@@ -4,7 +4,9 @@ Each episode runs the policy the store had when it started (versions are swapped
 one, and the robot is never stopped for it) and is committed to the dataset with that ``policy_version`` on every
 step. Episode k of the dataset runs seed ``seed + k`` and the actor stops when the dataset holds ``episodes``
 episodes, so an actor killed at any moment and started again loses at most the episode in flight, repeats no
-committed episode and counts none twice: the dataset's commit point is the only bookkeeping.
+committed episode and counts none twice: the dataset's commit point is the only bookkeeping. A paced learner
+(`PolicyStore.want`) says how many episodes it wants; the actor holds the robot between episodes once the dataset has
+them, until the learner deploys the next version and asks for more.
 """
 
 from __future__ import annotations
@@ -66,11 +68,20 @@ def run_actor(
     follower = PolicyFollower(store, env.spec, seed=options.seed)
     summary = ActorSummary()
     spec = env.spec
+    waiting = False
     with DatasetWriter(dataset, spec.control_rate_hz, spec.robot, features_of(env), spec) as writer:
         while options.episodes is None or writer.num_episodes < options.episodes:
             if store.finished() is not None:
                 log(f"actor: the learner has finished; stopping after {writer.num_episodes} episodes")
                 break
+            wanted = store.wanted()
+            if wanted is not None and writer.num_episodes >= wanted:  # paced: the learner has what it asked for
+                if not waiting:
+                    log(f"actor: {writer.num_episodes} episodes collected, as the learner asked; holding")
+                waiting = True
+                time.sleep(options.poll_s)
+                continue
+            waiting = False
             deployed = follower.refresh()
             for version, why in follower.skipped.items():
                 if version not in summary.skipped:

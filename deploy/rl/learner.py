@@ -56,6 +56,9 @@ class LearnerOptions:
         update: the method's round update (e.g. `policies.rl.habc.HabcRound`).
         evaluate_final: after the last round, wait for ``episodes_per_round`` episodes of the last version and log
             them as a final row (``verdict: final``), so the log says how the policy the rounds ended with does.
+        paced: ask the actor for exactly the episodes each round waits for (`PolicyStore.want`), so that the robot
+            time a method uses is its rounds' budget; False: the actor collects without pause while the learner
+            trains (asynchronous, as FastRLAP's actor).
     """
 
     rounds: int
@@ -66,6 +69,7 @@ class LearnerOptions:
     parity_tolerance: float = 2e-3
     poll_s: float = 1.0
     evaluate_final: bool = True
+    paced: bool = True
 
 
 def run_learner(
@@ -81,6 +85,7 @@ def run_learner(
     run_dir.mkdir(parents=True, exist_ok=True)
     state = _load_state(run_dir, initial)
     store.reopen()  # an actor stopped by an earlier finish is started again for these rounds
+    store.want(_committed_episodes(dataset) if options.paced else None)  # paced: nothing more until a round asks
     if not store.versions():
         version = _deploy(store, Path(state["checkpoint"]), run_dir / "round_000", 0, options, {})
         log(f"learner: deployed the initial policy as version {version.version}")
@@ -94,7 +99,7 @@ def run_learner(
             if any(r.get("round") == round_ for r in read_rounds(run_dir / ROUND_LOG)):  # logged, not yet saved
                 write_json_atomically(run_dir / STATE, state := {"round": round_, "checkpoint": state["checkpoint"]})
                 continue
-            _wait_for_episodes(dataset, run_dir, deployed.version, options, log)
+            _wait_for_episodes(dataset, store, run_dir, deployed.version, options, log)
             row = _round(dataset, store, run_dir, Path(state["checkpoint"]), round_, deployed, options)
             append_round(run_dir / ROUND_LOG, row)
             for key, value in row["evaluated"].items():
@@ -110,7 +115,7 @@ def run_learner(
         if options.evaluate_final and not any(
             r.get("evaluated", {}).get("version") == final.version for r in read_rounds(run_dir / ROUND_LOG)
         ):
-            _wait_for_episodes(dataset, run_dir, final.version, options, log)
+            _wait_for_episodes(dataset, store, run_dir, final.version, options, log)
             evaluated = asdict(version_stats(load_dataset(dataset))[final.version])
             append_round(run_dir / ROUND_LOG, {"round": options.rounds + 1, "evaluated": evaluated, "verdict": "final"})
     stats = version_stats(load_dataset(dataset))
@@ -190,9 +195,18 @@ def _episodes_needed(run_dir: Path, version: int, options: LearnerOptions) -> in
 
 
 def _wait_for_episodes(
-    dataset: Path, run_dir: Path, version: int, options: LearnerOptions, log: Callable[[str], None]
+    dataset: Path,
+    store: PolicyStore,
+    run_dir: Path,
+    version: int,
+    options: LearnerOptions,
+    log: Callable[[str], None],
 ) -> None:
     needed = _episodes_needed(run_dir, version, options)
+    if options.paced:  # the other versions' episodes stay as they are; this one's run up to what the round needs
+        stats = version_stats(load_dataset(dataset)) if _committed_episodes(dataset) > 0 else {}
+        others = sum(s.episodes for v, s in stats.items() if v != version)
+        store.want(others + needed)
     said, seen = False, -1
     while True:
         committed = _committed_episodes(dataset)

@@ -10,6 +10,7 @@ resumes at its next round.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -18,26 +19,25 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import tyro
 
 from reflexlab.env import SingleEnv
 
+if TYPE_CHECKING:
+    from policies.rl.rounds import RoundUpdate
+
 
 @dataclass(frozen=True)
-class Habc:
-    """HABC: advantage-weighted BC from the robot's own episodes, outcome credit only to what the policy executed.
-
-    Each round collects ``episodes-per-round`` episodes with the deployed version, fits the viability and
-    efficiency critics, fine-tunes the policy with per-step weights and deploys it (`policies.rl.habc` says how).
-    """
+class _RealWorldRl:
+    """What every real-world RL method shares: the work folder, the robot side and the round sizes."""
 
     initial: Path | None = None
-    """the SFT policy to start from: a bc run folder or checkpoint (learner; e.g. runs/panda-push-t/flow)."""
+    """the policy to start from: a bc run folder or checkpoint (learner)."""
     demos: Path = Path("runs/panda-push-t/demos")
     """the demonstrations: observation histories that check each export (learner)."""
-    work_dir: Path = Path("runs/rl/habc")
+    work_dir: Path = Path("runs/rl")
     """rollouts/, policies/ and learner/ live here (shared by actor and learner)."""
     task: str = "panda-push-t"
     """an arm task with a simulated scene (and a real-robot adapter for sim-as-real)."""
@@ -47,25 +47,20 @@ class Habc:
     intervener: Literal["none", "scripted"] = "none"
     """scripted: a noisy copy of the task's expert takes over, through the teleop arbiter, when the policy stalls,
     regresses or leaves the safety region, and hands back (teleop.scripted; actor)."""
-    rounds: int = 5
     episodes_per_round: int = 10
     episode_time_s: float = 30.0
     """time limit per episode (actor)."""
     sampling_steps: int = 10
     """the deployed policy's sampler steps (unrolled in its ONNX file)."""
-    update_steps: int = 2000
-    """fine-tune steps per round."""
-    update_lr: float = 1e-3
-    critic_steps: int = 2000
-    """optimiser steps per critic fit."""
-    critics: Literal["two", "one"] = "two"
-    """one: the single-critic advantage-weighted BC baseline (viability only, no gate)."""
-    aware: bool = True
-    """intervention-aware credit; --no-aware is the ablation (outcomes cross intervention boundaries)."""
     seed: int = 0
     """episode k of the dataset runs seed + k."""
+    paced: bool = True
+    """the actor collects exactly the episodes each round asks for and holds the robot while the learner trains;
+    --no-paced: it keeps collecting with the deployed version meanwhile (learner)."""
     actor_only: bool = False
     learner_only: bool = False
+
+    method: ClassVar[str] = ""  # the subcommand, for the actor process
 
     def run(self) -> None:
         if self.actor_only and self.learner_only:
@@ -73,27 +68,34 @@ class Habc:
         if self.actor_only:
             self._actor()
             return
-        if self.initial is None:
-            raise ValueError("the learner needs --initial, the SFT policy to start from (a bc run or checkpoint)")
+        print(json.dumps({"work_dir": str(self.work_dir), "rounds": self.learn()}))
+
+    def learn(self, actor_log: Path | None = None) -> list[dict]:
+        """The learner here and, unless ``learner_only``, the actor as a child process (its output to ``actor_log``
+        when given); returns the round log."""
         if not self.demos.exists():
             raise FileNotFoundError(f"--demos {self.demos}: no such dataset (reflexlab demos writes one)")
-        actor = None if self.learner_only else self._start_actor()
-        try:
-            rows = self._learner()
-            if actor is not None:  # the learner said it is done: the actor stops at its next episode boundary
-                actor.wait(timeout=self.episode_time_s + 60)
-        finally:
-            if actor is not None and actor.poll() is None:  # Ctrl-C here: the episode in flight is discarded
-                actor.send_signal(signal.SIGINT)
-                actor.wait(timeout=60)
-        print(json.dumps({"work_dir": str(self.work_dir), "rounds": rows}))
+        with contextlib.ExitStack() as stack:
+            if actor_log is not None:
+                actor_log.parent.mkdir(parents=True, exist_ok=True)
+            out = None if actor_log is None else stack.enter_context(actor_log.open("a"))
+            actor = None if self.learner_only else self._start_actor(out)
+            try:
+                rows = self._learner()
+                if actor is not None:  # the learner said it is done: the actor stops at its next episode boundary
+                    actor.wait(timeout=self.episode_time_s + 60)
+            finally:
+                if actor is not None and actor.poll() is None:  # Ctrl-C here: the episode in flight is discarded
+                    actor.send_signal(signal.SIGINT)
+                    actor.wait(timeout=60)
+        return rows
 
-    def _start_actor(self) -> subprocess.Popen:
+    def _start_actor(self, out: IO[str] | None) -> subprocess.Popen:
         """The actor as its own process, given what the robot side needs (the learner's settings stay here)."""
-        argv = [sys.executable, "-m", "reflexlab.cli", "rl", "habc", "--actor-only"]
+        argv = [sys.executable, "-m", "reflexlab.cli", "rl", self.method, "--actor-only"]
         for name in ("work_dir", "task", "robot", "intervener", "episode_time_s", "seed"):
             argv += [f"--{name.replace('_', '-')}", str(getattr(self, name))]
-        return subprocess.Popen(argv)
+        return subprocess.Popen(argv, stdout=out, stderr=out)
 
     def _actor(self) -> None:
         from deploy.policy_store import PolicyStore
@@ -137,26 +139,138 @@ class Habc:
     def _learner(self) -> list[dict]:
         from deploy.policy_store import PolicyStore
         from deploy.rl.learner import LearnerOptions, run_learner
+
+        initial = self._initial()
+        update, rounds = self._update()
+        options = LearnerOptions(
+            rounds=rounds,
+            episodes_per_round=self.episodes_per_round,
+            demos=self.demos,
+            update=update,
+            sampling_steps=self.sampling_steps,
+            paced=self.paced,
+        )
+        store = PolicyStore(self.work_dir / "policies")
+        return run_learner(self.work_dir / "rollouts", store, self.work_dir / "learner", initial, options)
+
+    def _initial(self) -> Path:
+        """The checkpoint round 1 starts from."""
         from policies.checkpoint import resolve_checkpoint
+
+        if self.initial is None:
+            raise ValueError("the learner needs --initial, the policy to start from (a bc run or checkpoint)")
+        return resolve_checkpoint(Path(self.initial))
+
+    def _update(self) -> tuple[RoundUpdate, int]:
+        """The method's round update and how many rounds it runs."""
+        raise NotImplementedError(f"{type(self).__name__} names no round update")
+
+
+@dataclass(frozen=True)
+class Habc(_RealWorldRl):
+    """HABC: advantage-weighted BC from the robot's own episodes, outcome credit only to what the policy executed.
+
+    Each round collects ``episodes-per-round`` episodes with the deployed version, fits the viability and
+    efficiency critics, fine-tunes the policy with per-step weights and deploys it (`policies.rl.habc` says how).
+    """
+
+    work_dir: Path = Path("runs/rl/habc")
+    """rollouts/, policies/ and learner/ live here (shared by actor and learner)."""
+    rounds: int = 5
+    update_steps: int = 2000
+    """fine-tune steps per round."""
+    update_lr: float = 1e-3
+    critic_steps: int = 2000
+    """optimiser steps per critic fit."""
+    critics: Literal["two", "one"] = "two"
+    """one: the single-critic advantage-weighted BC baseline (viability only, no gate)."""
+    aware: bool = True
+    """intervention-aware credit; --no-aware is the ablation (outcomes cross intervention boundaries)."""
+
+    method: ClassVar[str] = "habc"
+
+    def _update(self) -> tuple[RoundUpdate, int]:
         from policies.generative.train import TrainConfig
         from policies.rl.critics import CriticConfig
         from policies.rl.habc import HabcConfig, HabcRound
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
-        options = LearnerOptions(
-            rounds=self.rounds,
-            episodes_per_round=self.episodes_per_round,
+        critic = CriticConfig(steps=self.critic_steps)
+        return HabcRound(HabcConfig(critic=critic, train=train, aware=self.aware, critics=self.critics)), self.rounds
+
+
+@dataclass(frozen=True)
+class Rl100(_RealWorldRl):
+    """RL-100: imitation, offline RL rounds gated by offline policy evaluation, online RL rounds, a one-step head.
+
+    ``il`` trains a diffusion policy on ``--demos`` (skipped when ``--initial`` names one); every later round collects
+    ``episodes-per-round`` episodes with the deployed version and runs its stage (`policies.rl.rl100` says how); the
+    ``distill`` round deploys the consistency head, exported with one sampling step.
+    """
+
+    work_dir: Path = Path("runs/rl/rl100")
+    """rollouts/, policies/ and learner/ live here (shared by actor and learner)."""
+    stages: tuple[Literal["il", "offline", "online", "distill"], ...] = ("il", "offline", "online", "distill")
+    """the stages to run, in this order."""
+    offline_rounds: int = 3
+    online_rounds: int = 1
+    il_steps: int = 10000
+    """optimiser steps of the imitation policy (il)."""
+    ppo_iterations: int = 200
+    """PPO iterations over the denoising chain per round."""
+    ope_every: int = 50
+    """PPO iterations between offline policy evaluations (offline rounds)."""
+    ppo_lr: float = 1e-5
+    """offline PPO learning rate (online: 3e-6)."""
+    critic_steps: int = 3000
+    """optimiser steps of the IQL critics per round."""
+    dynamics_steps: int = 3000
+    """optimiser steps of the OPE dynamics ensemble per round."""
+    distill_steps: int = 3000
+    """optimiser steps of the consistency head (distill)."""
+
+    method = "rl100"
+
+    def _initial(self) -> Path:
+        """--initial, or the imitation policy trained here on the demonstrations (once: a rerun reuses it)."""
+        if self.initial is not None or "il" not in self.stages:
+            return super()._initial()
+        from policies.imitation import train_bc_run
+        from reflexlab.io import write_json_atomically
+
+        done = self.work_dir / "learner" / "il.json"
+        if done.exists():
+            return Path(json.loads(done.read_text())["checkpoint"])
+        checkpoint = train_bc_run("diffusion", self.demos, done.parent / "il", self.il_steps, None, self.seed)
+        write_json_atomically(done, {"checkpoint": str(checkpoint), "steps": self.il_steps})
+        return checkpoint
+
+    def _update(self) -> tuple[RoundUpdate, int]:
+        import dataclasses
+
+        from policies.rl.chain_ppo import PpoConfig
+        from policies.rl.iql import IqlConfig
+        from policies.rl.ope import DynamicsConfig
+        from policies.rl.rl100 import Rl100Config, Rl100Round
+
+        base = Rl100Config(demos=self.demos)
+        config = Rl100Config(
             demos=self.demos,
+            offline_rounds=self.offline_rounds if "offline" in self.stages else 0,
+            online_rounds=self.online_rounds if "online" in self.stages else 0,
+            distill="distill" in self.stages,
+            iql=IqlConfig(steps=self.critic_steps),
+            dynamics=DynamicsConfig(steps=self.dynamics_steps),
+            offline_ppo=PpoConfig(clip=0.25, lr=self.ppo_lr),
+            ppo_iterations=self.ppo_iterations,
+            ope_every=self.ope_every,
             sampling_steps=self.sampling_steps,
-            update=HabcRound(
-                HabcConfig(
-                    critic=CriticConfig(steps=self.critic_steps), train=train, aware=self.aware, critics=self.critics
-                )
-            ),
+            distill_train=dataclasses.replace(base.distill_train, max_steps=self.distill_steps),
+            seed=self.seed,
         )
-        store = PolicyStore(self.work_dir / "policies")
-        initial = resolve_checkpoint(Path(self.initial))  # type: ignore[arg-type]
-        return run_learner(self.work_dir / "rollouts", store, self.work_dir / "learner", initial, options)
+        if config.rounds == 0:
+            raise ValueError(f"--stages {' '.join(self.stages)}: no learner round to run (offline, online, distill)")
+        return Rl100Round(config), config.rounds
 
 
 def _steps(task: str, seconds: float) -> int:
@@ -165,11 +279,17 @@ def _steps(task: str, seconds: float) -> int:
     return max(1, round(seconds * get_task(task).spec().control_rate_hz))
 
 
-def rl(method: tyro.conf.Positional[Literal["habc"]], options: tyro.conf.OmitArgPrefixes[Habc]) -> None:
-    """Real-world RL from the robot's own episodes, actor and learner apart: habc (RL-100 is to come).
+Method = Annotated[
+    Annotated[Habc, tyro.conf.subcommand("habc", prefix_name=False)]
+    | Annotated[Rl100, tyro.conf.subcommand("rl100", prefix_name=False)],
+    tyro.conf.OmitArgPrefixes,
+]
+
+
+def rl(method: Method) -> None:
+    """Real-world RL from the robot's own episodes, actor and learner apart: habc or rl100.
 
     Args:
-        method: the learning method.
-        options: its settings.
+        method: the learning method and its settings.
     """
-    {"habc": options}[method].run()
+    method.run()

@@ -110,3 +110,12 @@ def test_a_file_that_is_not_a_policy_is_rejected_at_publish(tmp_path: Path) -> N
     with pytest.raises(PolicyStoreError, match=r"junk\.onnx is not a readable reflexlab ONNX file"):
         store.publish(junk, round=0, parity_error=0.0, tolerance=1e-5)
     assert store.versions() == [] and json.loads((store.root / "v000001.rejected.json").read_text())["round"] == 0
+
+
+def test_the_learner_says_how_many_episodes_it_wants(tmp_path: Path) -> None:
+    store = PolicyStore(tmp_path / "store")
+    assert store.wanted() is None  # no word yet: an actor collects without limit
+    store.want(12)
+    assert PolicyStore(tmp_path / "store").wanted() == 12  # another process (the actor) reads it
+    store.want(None)
+    assert store.wanted() is None

@@ -107,13 +107,14 @@ def test_rounds_deploy_versions_the_actor_runs_and_the_learner_resumes(
     assert json.loads((run_dir / "learner.json").read_text())["round"] == 3
     for row, version in zip(rows, (1, 2), strict=True):
         evaluated = row["evaluated"]
-        assert evaluated["version"] == version and evaluated["episodes"] >= 2 and evaluated["robot_time_s"] > 0
+        assert evaluated["version"] == version and evaluated["episodes"] == 2 and evaluated["robot_time_s"] > 0
         assert 0 <= evaluated["success_rate"] <= 1 and evaluated["interventions_per_episode"] == 0
         assert row["update"]["episodes"] >= 2 * version and np.isfinite(row["update"]["viability_mse"])
     assert (run_dir / "rounds.png").stat().st_size > 0 and list((run_dir / "tensorboard").glob("events.*"))
     ds = load_dataset(dataset)
     versions = [int(ds.episode(i)["policy_version"][0]) for i in range(ds.num_episodes)]
     assert versions == sorted(versions) and versions[0] == 1 and 2 in versions
+    assert versions == [1, 1, 2, 2, 3, 3, 4, 4]  # paced: each version ran the episodes its round asked for, no more
     for version in store.versions():
         assert version.record["parity_error"] <= options.parity_tolerance
 

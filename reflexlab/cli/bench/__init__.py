@@ -1,4 +1,4 @@
-"""L5 experiments: `reflexlab bench sim|serve|sim2sim|distill|camera|franka`, one module and options per bench.
+"""L5 experiments: `reflexlab bench sim|serve|sim2sim|distill|camera|franka|realrl`, one module and options per bench.
 
 Every `reflexlab bench …` builds all the benches' options to parse its command line, so the bench
 modules import torch, MuJoCo, rclpy and the learning code inside their functions: `bench serve`
@@ -15,6 +15,7 @@ import tyro
 from reflexlab.cli.bench.camera import CameraBench
 from reflexlab.cli.bench.distill import DistillBench
 from reflexlab.cli.bench.franka import FrankaBench
+from reflexlab.cli.bench.realrl import RealRlBench
 from reflexlab.cli.bench.serve import ServeBench
 from reflexlab.cli.bench.sim import SimBench
 from reflexlab.cli.bench.sim2sim import Sim2SimBench
@@ -26,6 +27,7 @@ Bench = (
     | Annotated[DistillBench, tyro.conf.subcommand("distill")]
     | Annotated[CameraBench, tyro.conf.subcommand("camera")]
     | Annotated[FrankaBench, tyro.conf.subcommand("franka")]
+    | Annotated[RealRlBench, tyro.conf.subcommand("realrl")]
 )
 
 

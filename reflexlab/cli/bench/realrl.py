@@ -1,0 +1,260 @@
+"""`reflexlab bench realrl`: real-world RL methods on the same demonstrations, seeds and robot-time budget.
+
+Per training seed: one imitation policy (SFT, a diffusion policy on the task's demonstrations), then each method's
+rounds run by the very actor/learner code of `reflexlab rl` (the actor a child process stepping the task's MuJoCo
+scene as fast as it goes, robot time = steps × control period, the scripted person intervening through the
+arbiter; the learner here): single-critic AWBC, HABC, HABC without intervention-aware credit, and RL-100
+(offline rounds gated by OPE, online rounds, the consistency head). Every method starts from the same SFT
+checkpoint, collects the same number of episodes per round and its episode k runs the same seed.
+
+Each resulting policy is then evaluated without a person on the same ``eval_episodes`` seeded episodes (seeds
+100000…, noise seed = training seed), at the deployed sampler's steps (the head at 1): success rate, mean time to
+success. From the rounds: interventions per episode per round, robot time used, RL-100's OPE accept/reject counts.
+The JSON holds each figure per seed and mean ± std over seeds, the issue's bars for the task, and plots
+(``realrl_<task>.png``) lie beside it.
+
+Whatever exists is reused (demos, SFT, a method whose learner finished), so a killed bench goes on where it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import tyro
+
+from reflexlab.bench import machine, write_json
+from reflexlab.cli.bench.common import BenchOptions
+
+RlMethod = Literal["awbc", "habc", "habc-unaware", "rl100"]
+EVAL_SEED = 100_000
+
+
+@dataclass(frozen=True)
+class RealRlBudget:
+    """What each stage gets: CI-sized with ``--quick``, otherwise the issue's configuration."""
+
+    demos: int = 100
+    """expert demonstrations (successful episodes) the SFT policy learns from."""
+    sft_steps: int = 10_000
+    """optimiser steps of the SFT diffusion policy."""
+    rounds: int = 5
+    """learner rounds of AWBC / HABC (RL-100: offline + online + distill rounds)."""
+    episodes_per_round: int = 10
+    episode_time_s: float | None = None
+    """episode time limit; the task's own when None."""
+    update_steps: int = 2000
+    """HABC / AWBC fine-tune steps per round."""
+    critic_steps: int = 2000
+    """critic fit steps per round (HABC's heads, RL-100's IQL critics)."""
+    offline_rounds: int = 3
+    online_rounds: int = 1
+    ppo_iterations: int = 200
+    ope_every: int = 50
+    dynamics_steps: int = 3000
+    distill_steps: int = 3000
+    sampling_steps: int = 10
+    """the deployed multi-step sampler's steps (DDIM)."""
+    eval_episodes: int = 200
+    """seeded evaluation episodes per policy and training seed."""
+    latency_s: float = 3.0
+    """timed onnxruntime calls of the one-step head (p99 ≤ 1 ms bar)."""
+    intervener: Literal["none", "scripted"] = "scripted"
+    horizon: tyro.conf.Suppress[int] = 16
+    execution_horizon: tyro.conf.Suppress[int] = 8
+    down_dims: tyro.conf.Suppress[tuple[int, ...]] = (32, 64)
+
+    @classmethod
+    def quick(cls) -> RealRlBudget:
+        """The CI-sized budget: every method and stage runs, on a few steps and episodes."""
+        return cls(
+            demos=4, sft_steps=60, rounds=1, episodes_per_round=2, episode_time_s=3.0, update_steps=20,
+            critic_steps=50, offline_rounds=1, online_rounds=1, ppo_iterations=2, ope_every=1, dynamics_steps=50,
+            distill_steps=20, sampling_steps=2, eval_episodes=4, latency_s=0.2, horizon=4, execution_horizon=2,
+            down_dims=(16, 32),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RealRlBench(BenchOptions):
+    """SFT vs AWBC vs HABC (and its ablation) vs RL-100 after each stage, over training seeds."""
+
+    task: str = "panda-push-t"
+    """an arm demonstration task: panda-push-t (RL-100's bars) or panda-peg-insert (HABC's bars)."""
+    work_dir: Path = Path("runs/realrl")
+    """demos, SFT policies and each method's work folder; whatever is missing is made first."""
+    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "rl100")
+    """the methods run after SFT (SFT itself is always evaluated)."""
+    train_seeds: tuple[int, ...] = (0, 1, 2)
+    """training seeds; figures are mean ± std over them."""
+    budget: tyro.conf.OmitArgPrefixes[RealRlBudget] = field(default_factory=RealRlBudget)
+    """what each stage gets (all replaced by the CI-sized budget with --quick)."""
+
+    def run(self) -> dict[str, Any]:
+        from reflexlab.cli.bench.realrl_report import report
+
+        budget = RealRlBudget.quick() if self.quick else self.budget
+        root = self.work_dir / self.task
+        demos = _demos(self.task, root / "demos", budget)
+        per_seed = {seed: _seed(self.task, demos, root / f"seed{seed}", seed, self.methods, budget, self.table)
+                    for seed in self.train_seeds}  # fmt: skip
+        metrics = report(self.task, per_seed, budget.eval_episodes, self.out_dir, self.table)
+        metrics |= {"bench": "realrl", "quick": self.quick, "budget": dataclasses.asdict(budget), **machine()}
+        write_json(metrics, self.out_dir, f"realrl_{self.task}")
+        return metrics
+
+
+def _demos(task: str, out: Path, budget: RealRlBudget) -> Path:
+    from reflexlab.dataset import load_dataset
+    from sim.demos import record_demos
+
+    have = load_dataset(out).num_episodes if out.exists() else 0
+    if have < budget.demos:
+        record_demos(task, budget.demos - have, out, seed=have, num_envs=8, progress=False)
+    return out
+
+
+def _seed(
+    task: str, demos: Path, root: Path, seed: int, methods: tuple[RlMethod, ...], budget: RealRlBudget, talk: bool
+) -> dict[str, Any]:
+    """One training seed: SFT, each method's rounds, every resulting policy evaluated; the figures."""
+    sft = _sft(demos, root / "sft", seed, budget)
+    policies: dict[str, tuple[Path, int]] = {"sft": (sft, budget.sampling_steps)}
+    rounds: dict[str, dict[str, Any]] = {}
+    for method in methods:
+        command = _command(method, task, demos, root / method, sft, seed, budget)
+        if talk:
+            print(f"bench realrl: seed {seed}: {method} in {command.work_dir}", flush=True)
+        if command_finished(command.work_dir):
+            rows = _rows(command.work_dir)
+        else:
+            rows = command.learn(actor_log=command.work_dir / "actor.log")
+        rounds[method] = _round_figures(command.work_dir, rows)
+        policies |= _policies(method, rows, budget)
+    evaluated = {name: _evaluate(ckpt, steps, seed, budget, talk) for name, (ckpt, steps) in policies.items()}
+    if "rl100-head" in policies:
+        evaluated["rl100-head"] |= _head_latency(root / "rl100", budget)
+    return {"policies": evaluated, "rounds": rounds}
+
+
+def _sft(demos: Path, run: Path, seed: int, budget: RealRlBudget) -> Path:
+    """The imitation policy every method starts from (trained once per seed, then reused)."""
+    from policies.checkpoint import resolve_checkpoint
+    from policies.imitation import train_bc_run
+    from reflexlab.io import write_json_atomically
+
+    done = run / "sft.json"
+    if done.exists():
+        return resolve_checkpoint(run)
+    checkpoint = train_bc_run(
+        "diffusion", demos, run, budget.sft_steps, None, seed, horizon=budget.horizon,
+        execution_horizon=budget.execution_horizon, down_dims=budget.down_dims, progress=False,
+    )  # fmt: skip
+    write_json_atomically(done, {"checkpoint": str(checkpoint), "steps": budget.sft_steps})
+    return checkpoint
+
+
+def _command(
+    method: RlMethod, task: str, demos: Path, work_dir: Path, sft: Path, seed: int, budget: RealRlBudget
+) -> Any:
+    """The `reflexlab rl` command this method runs, robot = the task's scene as fast as it goes."""
+    from reflexlab.cli.rl import Habc, Rl100
+    from sim.registry import get_task
+
+    entry = get_task(task)
+    episode_s = budget.episode_time_s or entry.config().episode_steps / entry.spec().control_rate_hz
+    common = dict(
+        initial=sft, demos=demos, work_dir=work_dir, task=task, robot="sim", intervener=budget.intervener,
+        episodes_per_round=budget.episodes_per_round, episode_time_s=episode_s,
+        sampling_steps=budget.sampling_steps, seed=1000 * seed,
+    )  # fmt: skip
+    if method == "rl100":
+        return Rl100(
+            **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
+            online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
+            critic_steps=budget.critic_steps, dynamics_steps=budget.dynamics_steps,
+            distill_steps=budget.distill_steps,
+        )  # fmt: skip
+    return Habc(
+        **common, rounds=budget.rounds, update_steps=budget.update_steps, critic_steps=budget.critic_steps,
+        critics="one" if method == "awbc" else "two", aware=method != "habc-unaware",
+    )  # fmt: skip
+
+
+def command_finished(work_dir: Path) -> bool:
+    """Whether a method's learner has finished its rounds in ``work_dir`` (a rerun of the bench reuses them)."""
+    from deploy.policy_store import PolicyStore
+
+    return (work_dir / "policies").exists() and PolicyStore(work_dir / "policies").finished() is not None
+
+
+def _rows(work_dir: Path) -> list[dict[str, Any]]:
+    from policies.rl.rounds import read_rounds
+
+    return read_rounds(work_dir / "learner" / "rounds.jsonl")
+
+
+def _policies(method: RlMethod, rows: list[dict[str, Any]], budget: RealRlBudget) -> dict[str, tuple[Path, int]]:
+    """The checkpoints to evaluate: the method's last deployed one; RL-100's after each stage."""
+    deployed = [r for r in rows if r.get("verdict") == "deployed"]
+    if method != "rl100":
+        return {method: (Path(deployed[-1]["checkpoint"]), budget.sampling_steps)} if deployed else {}
+    found: dict[str, tuple[Path, int]] = {}
+    for row in deployed:
+        stage = row["stage"]
+        name = "rl100-head" if stage == "distill" else f"rl100-{stage}"
+        found[name] = (Path(row["checkpoint"]), 1 if stage == "distill" else budget.sampling_steps)
+    return found
+
+
+def _round_figures(work_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per round: success and interventions per episode of the version it ran; the robot time; OPE verdicts."""
+    from policies.rl.rounds import version_stats
+    from reflexlab.dataset import load_dataset
+
+    stats = version_stats(load_dataset(work_dir / "rollouts"))
+    evaluated = [r["evaluated"] for r in rows if "evaluated" in r]
+    ope = [c for r in rows for c in r.get("update", {}).get("ope", [])]
+    return {
+        "success_per_round": [e["success_rate"] for e in evaluated],
+        "episodes_per_round": [e["episodes"] for e in evaluated],
+        "interventions_per_episode": [e["interventions_per_episode"] for e in evaluated],
+        "robot_time_h": sum(s.robot_time_s for s in stats.values()) / 3600.0,
+        "ope_accepted": sum(bool(c["accepted"]) for c in ope),
+        "ope_rejected": sum(not c["accepted"] for c in ope),
+        "verdicts": [r.get("verdict") for r in rows],
+    }
+
+
+def _evaluate(checkpoint: Path, steps: int, seed: int, budget: RealRlBudget, talk: bool) -> dict[str, Any]:
+    """Success and time to success over the evaluation seeds, no person in the loop."""
+    from policies.chunk_eval import evaluate_chunks
+    from policies.generative.sampler import TorchSampler, flush_denormals
+    from policies.imitation import load_generative
+
+    policy, spec, _, _ = load_generative(checkpoint)
+    seeds = list(range(EVAL_SEED, EVAL_SEED + budget.eval_episodes))
+    with flush_denormals():
+        result = evaluate_chunks(TorchSampler(policy, steps), spec, seeds, noise_seed=seed, progress=talk)
+    success = np.asarray(result.success, dtype=bool)
+    n = len(success)
+    return {
+        "checkpoint": str(checkpoint),
+        "sampling_steps": steps,
+        "success": float(success.mean()),
+        "success_sem": float(np.sqrt(success.mean() * (1 - success.mean()) / n)),
+        "time_to_success_s": float(result.steps[success].mean() / spec.control_rate_hz) if success.any() else None,
+    }
+
+
+def _head_latency(work_dir: Path, budget: RealRlBudget) -> dict[str, float]:
+    """onnxruntime p50/p99 (µs, batch 1, one thread) of the served head: the last version the learner deployed."""
+    from deploy.policy_store import PolicyStore
+    from reflexlab.cli.bench.distill import latency_us
+
+    head = PolicyStore(work_dir / "policies").versions()[-1]
+    lat = latency_us(head.path, budget.latency_s)
+    return {"latency_p50_us": lat["p50"], "latency_p99_us": lat["p99"], "latency_calls": lat["calls"]}
