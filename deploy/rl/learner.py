@@ -33,7 +33,15 @@ from torch.utils.tensorboard import SummaryWriter
 from deploy.onnx_export import export_verified_generator
 from deploy.policy_store import PolicyStore, PolicyStoreError, PolicyVersion
 from policies.imitation import load_generative, observation_windows
-from policies.rl.rounds import RoundOutcome, RoundUpdate, append_round, plot_rounds, read_rounds, version_stats
+from policies.rl.rounds import (
+    RoundOutcome,
+    RoundUpdate,
+    append_round,
+    ended_under_intervention,
+    plot_rounds,
+    read_rounds,
+    version_stats,
+)
 from reflexlab.dataset import INFO_PATH, load_dataset
 from reflexlab.io import write_json_atomically
 
@@ -111,6 +119,12 @@ def run_learner(
                 state = {"round": round_, "checkpoint": state["checkpoint"]}
             write_json_atomically(run_dir / STATE, state)
             log(f"learner: round {round_}: {row['verdict']} {row.get('version', '')} {row.get('reason', '')}".strip())
+            if row.get("ended_under_intervention"):
+                log(
+                    f"learner: episodes {row['ended_under_intervention']} of version {deployed.version} ended with the "
+                    "person in command (never handed back): policy steps before the takeover labelled 0, the "
+                    "person's kept as demonstrations"
+                )
         final = store.versions()[-1]
         if options.evaluate_final and not any(
             r.get("evaluated", {}).get("version") == final.version for r in read_rounds(run_dir / ROUND_LOG)
@@ -135,11 +149,13 @@ def _round(
     options: LearnerOptions,
 ) -> dict[str, Any]:
     """Update, export, publish; the row for the round log (the verdict says whether a version was deployed)."""
-    stats = version_stats(load_dataset(dataset))
+    ds = load_dataset(dataset)
+    stats = version_stats(ds)
     evaluated = asdict(stats[deployed.version])
     row: dict[str, Any] = {
         "round": round_,
         "evaluated": evaluated,  # how the version deployed for this round did on the robot
+        "ended_under_intervention": ended_under_intervention(ds, deployed.version),
         "robot_time_s": sum(s.robot_time_s for s in stats.values()),
         "time_unix": time.time(),
     }

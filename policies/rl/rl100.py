@@ -128,11 +128,9 @@ class Rl100Round:
         cfg = self.config
         policy, extra = GenerativePolicy.load(checkpoint)
         spec = _policy_spec(policy, extra, checkpoint)
-        rollouts = load_dataset(dataset)
-        spec.task_interface().check_compatible(rollouts.spec.task_interface(), context=f"dataset {dataset}")
-        data = _concat(
+        data = _concat(  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
             chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma),
-            chunk_transitions(rollouts, spec, cfg.gamma),
+            chunk_transitions(load_dataset(dataset), spec, cfg.gamma),
         )
         torch.manual_seed(cfg.seed + round_)
         critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))

@@ -93,6 +93,22 @@ def version_stats(dataset: Dataset) -> dict[int, VersionStats]:
     return stats
 
 
+def ended_under_intervention(dataset: Dataset, version: int) -> list[int]:
+    """Episodes of ``version`` whose person never handed back (the last step was theirs and not a success).
+
+    Nothing is wrong with their data: the policy's steps before the takeover are labelled 0 (`policies.rl.credit`)
+    and the person's are demonstrations. They are named in the round log because on a robot they mean a person held
+    the deadman to the time limit, or a device that stuck in the intervening state."""
+    found = []
+    for i in range(dataset.num_episodes):
+        steps = dataset.episode(i)
+        if int(steps["policy_version"][0]) != version:
+            continue
+        if bool(np.asarray(steps["is_intervention"])[-1]) and not bool(np.asarray(steps["next.success"]).any()):
+            found.append(i)
+    return found
+
+
 def append_round(log: Path, row: dict[str, Any]) -> None:
     """Append one round's row to the JSONL log; the line is written and fsynced whole or not at all."""
     line = json.dumps(row, default=_plain) + "\n"

@@ -112,8 +112,8 @@ def chunk_transitions(
     ``execution_horizon`` is the default ``chunk``. ``reward``: ``"success"`` pays 1 on the step where
     ``next.success`` first becomes true and 0 elsewhere (sparse, so γ makes speed matter); ``"recorded"`` takes the
     dataset's ``next.reward`` column. Raises `SpecMismatchError` for a dataset recorded under another task's Spec,
-    ValueError naming the episode for a missing column or an episode that yields no transition (a truncated episode
-    of one step: its only step has no recorded outcome).
+    ValueError naming the episode for a missing column. A truncated episode of one step yields no transition (its only
+    step has no recorded outcome) and is left out; a dataset of nothing else is refused.
     """
     if not 0.0 < gamma <= 1.0:
         raise ValueError(f"gamma must be in (0, 1], got {gamma}")
@@ -126,18 +126,22 @@ def chunk_transitions(
         raise ValueError("the dataset has no episodes to cut transitions from")
     if ds.spec is not None:  # episodes of another robot or task would be read as this policy's observations
         spec.task_interface().check_compatible(ds.spec.task_interface(), context="dataset vs policy Spec")
-    parts = [
+    every = [
         _episode_transitions(ds.episode(i), i, spec.observation_horizon, chunk, gamma, reward)
         for i in range(ds.num_episodes)
     ]
+    parts = [p for p in every if p is not None]
+    if not parts:
+        raise ValueError(f"none of the dataset's {ds.num_episodes} episodes has a step with a recorded outcome")
     columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     return ChunkTransitions(**columns, gamma=float(gamma))
 
 
 def _episode_transitions(
     steps: dict[str, np.ndarray], episode: int, obs_horizon: int, chunk: int, gamma: float, reward: Reward
-) -> dict[str, np.ndarray]:
-    """One episode's transitions as the columns of `ChunkTransitions` (see the module docstring for the end rules)."""
+) -> dict[str, np.ndarray] | None:
+    """One episode's transitions as the columns of `ChunkTransitions` (see the module docstring for the end rules);
+    None for a truncated episode of one step, whose only step has no recorded outcome."""
     needed = ["observation.state", "action", "next.terminated", "next.success", "is_intervention"]
     needed += ["next.reward"] if reward == "recorded" else []
     for key in needed:
@@ -154,10 +158,8 @@ def _episode_transitions(
         end, terminal = length, True
     else:  # truncated: the last step's outcome is not recorded, so it cannot be a transition of its own
         end, terminal = length - 1, False
-    if end < 1:
-        raise ValueError(
-            f"episode {episode} is too short: {length} step(s), truncated, leaves no step with a recorded outcome"
-        )
+    if end < 1:  # e.g. a real episode stopped at its first step by a stale state: nothing to learn, nothing wrong
+        return None
     if reward == "success":
         rewards = np.zeros(end)
         rewards[end - 1] = float(terminal and success[end - 1])

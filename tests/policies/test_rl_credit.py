@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from policies.rl.credit import CreditError, episode_credit, segments
 from policies.rl.critics import CriticConfig, ValueCritic
 from policies.rl.habc import HabcWeighting, gate, merged_advantage, transition_weights
+from policies.rl.rounds import ended_under_intervention
 from reflexlab.dataset import DatasetWriter, load_dataset
 
 
@@ -79,19 +80,25 @@ def test_an_episode_without_outcomes_is_named() -> None:
 def test_credit_of_episodes_as_the_actor_records_them(tmp_path: Path) -> None:
     features = {"observation.state": (2,), "action": (2,)}
     with DatasetWriter(tmp_path, 10, "toy", features) as writer:
-        for episode, (person, success) in enumerate([([0, 0, 1, 1, 0, 0], True), ([0, 0, 0, 0], False)]):
+        episodes = [([0, 0, 1, 1, 0, 0], True), ([0, 0, 0, 0], False), ([0, 0, 1, 1, 1], False)]
+        for episode, (person, success) in enumerate(episodes):
             for t, p in enumerate(person):
                 last = t == len(person) - 1
                 writer.add_frame(
                     {"observation.state": np.full(2, t), "action": np.zeros(2)},
                     is_intervention=bool(p), success=last and success, terminated=last and success,
-                    truncated=last and not success, policy_version=episode,
+                    truncated=last and not success, policy_version=min(episode, 1),
                 )  # fmt: skip
             writer.save_episode("reach")
     ds = load_dataset(tmp_path)
     first, second = (episode_credit(ds.episode(i), episode=i) for i in range(2))
     np.testing.assert_array_equal(first.viability[[0, 1, 4, 5]], [0, 0, 1, 1])
     np.testing.assert_array_equal(second.viability, np.zeros(4))  # a time-out: failure
+    # an intervention that never ends: the takeover labels the policy's steps 0, the person's stay unlabelled data
+    third = episode_credit(ds.episode(2), episode=2)
+    np.testing.assert_array_equal(third.viability[:2], [0, 0])
+    assert np.isnan(third.viability[2:]).all() and not third.by_policy[2:].any()
+    assert ended_under_intervention(ds, version=1) == [2] and ended_under_intervention(ds, version=0) == []
 
 
 def test_the_gate_hands_over_from_viability_to_efficiency() -> None:

@@ -54,6 +54,8 @@ class RealRlBudget:
     online_rounds: int = 1
     ppo_iterations: int = 200
     ope_every: int = 50
+    ppo_lr: float = 1e-5
+    """RL-100's offline PPO learning rate."""
     dynamics_steps: int = 3000
     distill_steps: int = 3000
     sampling_steps: int = 10
@@ -175,6 +177,7 @@ def _command(
         return Rl100(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
             online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
+            ppo_lr=budget.ppo_lr,
             critic_steps=budget.critic_steps, dynamics_steps=budget.dynamics_steps,
             distill_steps=budget.distill_steps,
         )  # fmt: skip

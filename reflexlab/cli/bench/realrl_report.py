@@ -94,9 +94,11 @@ def bars(task: str, policies: dict[str, Any], rounds: dict[str, Any]) -> dict[st
         if sft_t and rl_t:
             out["rl100_time_to_success_le_0.8x_sft"] = {"value": rl_t / sft_t, "pass": rl_t / sft_t <= 0.8}
         head = policies.get("rl100-head")
-        if head is not None and final:
-            ratio = head["success_mean"] / final
-            out["head_success_ge_0.97x_multistep"] = {"value": ratio, "pass": ratio >= 0.97}
+        if head is not None:
+            if final is not None:
+                ratio = head["success_mean"] / final if final > 0 else None
+                ok = head["success_mean"] >= 0.97 * final
+                out["head_success_ge_0.97x_multistep"] = {"value": ratio, "head": head["success_mean"], "pass": ok}
             p99 = head.get("latency_p99_us")
             out["head_p99_le_1ms"] = {"value_us": p99, "pass": p99 is not None and p99 <= 1000.0}
         out["rl100_no_accepted_round_worse_by_1se"] = _monotone(rounds["rl100"])

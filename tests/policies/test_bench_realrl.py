@@ -1,0 +1,59 @@
+"""`reflexlab bench realrl --quick`: every method and stage runs through the real actor/learner code on both tasks.
+
+CI-sized (a few optimiser steps, 3 s episodes), so the numbers mean nothing; what is checked is that the bench runs
+what the issue names on one budget and reports it: each method's rounds collect exactly the episodes they ask for
+(the paced actor), every policy is evaluated on the same seeds, RL-100 reports its OPE verdicts and its head's
+latency, the task's bars are decided, and the plot is written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def bench(tmp_path: Path, *args: str) -> dict:
+    command = [sys.executable, "-m", "reflexlab.cli", "bench", "realrl", "--quick", "--json", "--train-seeds", "0"]
+    command += ["--work-dir", str(tmp_path / "work"), "--out-dir", str(tmp_path / "out"), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(900)
+def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
+    metrics = bench(tmp_path, "--task", "panda-push-t")
+    policies, rounds = metrics["policies"], metrics["rounds"]
+    assert {"sft", "awbc", "habc", "habc-unaware", "rl100-online", "rl100-head"} <= set(policies)
+    for name, p in policies.items():
+        (run,) = p["per_seed"]
+        assert 0.0 <= run["success"] <= 1.0 and run["sampling_steps"] == (1 if name == "rl100-head" else 2)
+    assert policies["rl100-head"]["latency_p99_us"] > 0
+    for method in ("awbc", "habc", "habc-unaware"):
+        (run,) = rounds[method]["per_seed"]
+        assert run["episodes_per_round"] == [2, 2] and run["verdicts"] == ["deployed", "final"]  # paced: no more
+        assert 0 < run["robot_time_h"] <= 4 * 3.0 / 3600  # 4 episodes of at most 3 s
+    (rl100,) = rounds["rl100"]["per_seed"]
+    assert rl100["verdicts"][0] in ("deployed", "kept") and rl100["verdicts"][-1] == "final"
+    assert rl100["ope_accepted"] + rl100["ope_rejected"] == 2  # one offline round, two OPE checks
+    assert {"rl100_success_ge_0.98", "rl100_robot_time_le_2h", "head_p99_le_1ms"} <= set(metrics["bars"])
+    assert all(isinstance(b["pass"], bool) for b in metrics["bars"].values())
+    assert Path(metrics["plot"]).stat().st_size > 0
+    assert json.loads((tmp_path / "out" / "realrl_panda-push-t.json").read_text())["bars"] == metrics["bars"]
+
+
+@pytest.mark.timeout(600)
+def test_peg_insert_decides_the_habc_bars(tmp_path: Path) -> None:
+    metrics = bench(tmp_path, "--task", "panda-peg-insert", "--methods", "habc", "habc-unaware", "awbc")
+    assert set(metrics["policies"]) == {"sft", "awbc", "habc", "habc-unaware"}
+    bars = metrics["bars"]
+    assert {"habc_minus_sft_ge_0.30", "habc_above_awbc", "unaware_ablation_worse", "habc_robot_time_le_2h"} <= set(bars)
+    assert "habc_interventions_falling" in bars and bars["habc_robot_time_le_2h"]["pass"] is True
