@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -63,7 +64,9 @@ class Rl100Config:
         ope_every: iterations between OPE checks (RL-100: ~50); ``ope_rollouts`` start windows, ``ope_horizon``
             chunk steps each; ``min_improvement``: the relative AM-Q gain that advances the reference (paper: 5 %).
         sampling_steps: the deployed DDIM sampler's steps (what OPE scores; the chain PPO's K is ``chain``'s).
-        distill_train: the consistency head's training.
+        distill_train: the consistency head's training. Its targets are the improved policy's 10-step DDIM samples,
+            the sampler OPE scored and the rounds deployed (100-step targets made better students of the imitation
+            teacher, README, but cost 10× as much to draw for every window of the demonstrations and episodes).
         chain: the stochastic chain PPO optimises. Its σ floor is 0.1 (DPPO's), not the 0.0067 METHODS.md reads from
             RL-100: at σ 0.0067 the last denoising step's ratio swings over orders of magnitude with any update (on
             the 1-D reach: approximate KL 5–15 per iteration, 64–74 % of that step's ratios clipped) and its
@@ -92,7 +95,12 @@ class Rl100Config:
     sampling_steps: int = 10
     distill_train: TrainConfig = field(
         default_factory=lambda: TrainConfig(
-            method="consistency", max_steps=3000, lr=1e-3, teacher_samples_per_window=2, checkpoint_every=10**9
+            method="consistency",
+            max_steps=3000,
+            lr=1e-3,
+            teacher_steps=10,
+            teacher_samples_per_window=2,
+            checkpoint_every=10**9,
         )
     )
     seed: int = 0
@@ -135,6 +143,7 @@ class Rl100Round:
         torch.manual_seed(cfg.seed + round_)
         critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))
         critic_losses = critics.fit(data)
+        _say(f"rl100 round {round_} ({stage}): IQL critics fit on {len(data)} chunk transitions: {critic_losses}")
         numbers: dict[str, Any] = {"transitions": len(data), "critics": critic_losses}
         executed = slice(spec.observation_horizon - 1, spec.observation_horizon - 1 + spec.execution_horizon)
 
@@ -179,6 +188,7 @@ class Rl100Round:
             )
             if verdict.accepted:
                 reference, reference_value = copy.deepcopy(policy), candidate
+            _say(f"rl100 round {round_}: PPO iteration {start_it + iterations}/{cfg.ppo_iterations}: {verdict.reason}")
         accepted = sum(c["accepted"] for c in checks)
         numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}
         if not accepted:
@@ -215,6 +225,11 @@ class Rl100Round:
         student = distill_student(checkpoint, episodes, cfg, out / "student", spec.to_json())
         numbers = {"teacher": str(checkpoint), "steps": cfg.max_steps, "windows_from_episodes": len(episodes)}
         return RoundOutcome(student, numbers, "distill", sampling_steps=1)
+
+
+def _say(line: str) -> None:
+    """Progress of a long round, on stderr beside the learner's own lines (a round takes minutes on a CPU)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def _policy_spec(policy: GenerativePolicy, extra: dict[str, Any], checkpoint: Path) -> Spec:

@@ -90,3 +90,19 @@ def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_r
     assert student.method == "consistency"
     with pytest.raises(ValueError, match="student: RL-100 improves the multi-step policy"):
         update(dataset, head.checkpoint, tmp_path / "again", 1)
+
+
+def test_the_il_stage_trains_the_imitation_policy_once_and_a_rerun_reuses_it(tmp_path: Path) -> None:
+    from reflexlab.cli.rl import Rl100
+    from sim.demos import record_demos
+
+    record_demos("panda-push-t", 2, tmp_path / "demos", seed=0, num_envs=2, progress=False)
+    command = Rl100(demos=tmp_path / "demos", work_dir=tmp_path / "work", il_steps=4, stages=("il", "distill"))
+    first = command._initial()
+    policy, extra = GenerativePolicy.load(first)
+    assert policy.method == "diffusion" and extra["spec"]["task"] == "panda-push-t"
+    assert command._initial() == first  # the learner restarted: no second imitation run
+    update, rounds = command._update()
+    assert rounds == 1 and update.config.stage(1) == "distill"
+    with pytest.raises(ValueError, match="no learner round to run"):
+        Rl100(demos=tmp_path / "demos", work_dir=tmp_path / "w2", stages=("il",))._update()
