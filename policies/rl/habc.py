@@ -95,6 +95,7 @@ class HabcConfig:
     weighting: HabcWeighting = field(default_factory=HabcWeighting)
     critic: CriticConfig = field(default_factory=CriticConfig)
     aware: bool = True  # False: the ablation, credit across intervention boundaries
+    demos: Path | None = None  # demonstrations trained on beside the episodes, at the person's weight (see below)
     critics: Literal["two", "one"] = "two"  # "one": the single-critic AWBC baseline (viability only, no gate)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(max_steps=2000, warmup_steps=100, checkpoint_every=10**9)
@@ -154,7 +155,10 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     policy_weights = all_weights[weighted]
     effective = float(policy_weights.sum() ** 2 / (len(policy_weights) * (policy_weights**2).sum()))
     extra = {"habc": {"aware": config.aware, "dataset": str(dataset), "episodes": ds.num_episodes}}
-    new = finetune_weighted(checkpoint, episodes, all_weights, config.train, run_dir, extra)
+    demo_episodes = _demonstrations(config.demos, checkpoint)
+    extra["habc"] |= {"demos": None if config.demos is None else str(config.demos), "demo_episodes": len(demo_episodes)}
+    train_weights = np.concatenate([all_weights, *(np.full(len(e["action"]), w.human_weight) for e in demo_episodes)])
+    new = finetune_weighted(checkpoint, episodes + demo_episodes, train_weights, config.train, run_dir, extra)
     return HabcUpdate(
         checkpoint=new,
         episodes=ds.num_episodes,
@@ -178,6 +182,18 @@ class HabcRound:
         update = habc_update(dataset, checkpoint, out, self.config)
         numbers = {k: v for k, v in update.__dict__.items() if k != "checkpoint"}
         return RoundOutcome(update.checkpoint, numbers, stage="habc" if self.config.critics == "two" else "awbc")
+
+
+def _demonstrations(demos: Path | None, checkpoint: Path) -> list[dict[str, np.ndarray]]:
+    """The SFT demonstrations as more BC data (a person's steps, at the person's weight), so that the fine-tune does
+    not forget what the first rounds' few episodes never visit: on panda-peg-insert, fine-tuning on the episodes alone
+    (lr 1e-3) made the scripted person take over more often each round (0.7 → 1.2 interventions per episode over 3
+    rounds)."""
+    if demos is None:
+        return []
+    ds = load_dataset(demos)
+    _check_same_task(ds.spec, checkpoint, demos)
+    return [{"obs": e["observation.state"], "action": e["action"]} for e in ds.episodes()]
 
 
 def _check_same_task(recorded: Spec | None, checkpoint: Path, dataset: Path) -> None:

@@ -179,7 +179,8 @@ class Habc(_RealWorldRl):
     rounds: int = 5
     update_steps: int = 2000
     """fine-tune steps per round."""
-    update_lr: float = 1e-3
+    update_lr: float = 1e-4
+    """fine-tune peak learning rate (warm-up, cosine decay; the imitation policy trained at a 3e-4 peak)."""
     critic_steps: int = 2000
     """optimiser steps per critic fit."""
     critics: Literal["two", "one"] = "two"
@@ -187,7 +188,7 @@ class Habc(_RealWorldRl):
     aware: bool = True
     """intervention-aware credit; --no-aware is the ablation (outcomes cross intervention boundaries)."""
 
-    method: ClassVar[str] = "habc"
+    method: ClassVar[str] = "habc"  # every round also trains on --demos at the person's weight
 
     def _update(self) -> tuple[RoundUpdate, int]:
         from policies.generative.train import TrainConfig
@@ -196,7 +197,8 @@ class Habc(_RealWorldRl):
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
         critic = CriticConfig(steps=self.critic_steps)
-        return HabcRound(HabcConfig(critic=critic, train=train, aware=self.aware, critics=self.critics)), self.rounds
+        config = HabcConfig(critic=critic, train=train, aware=self.aware, critics=self.critics, demos=self.demos)
+        return HabcRound(config), self.rounds
 
 
 @dataclass(frozen=True)

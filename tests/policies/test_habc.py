@@ -103,10 +103,11 @@ def test_the_single_critic_baseline_fits_viability_only(reach: tuple[Path, Path]
     """AWBC with one critic (the issue's baseline): no efficiency head, no gate; still a valid update."""
     dataset, base = reach
     train = dataclasses.replace(TRAIN, max_steps=20)
-    update = habc_update(
-        dataset, base, tmp_path, HabcConfig(critic=CriticConfig(hidden=32, steps=100), train=train, critics="one")
-    )
+    config = HabcConfig(critic=CriticConfig(hidden=32, steps=100), train=train, critics="one", demos=dataset)
+    update = habc_update(dataset, base, tmp_path, config)
     assert update.efficiency_mse is None and update.viability_mse < 0.25 and update.checkpoint.exists()
+    _, extra = GenerativePolicy.load(update.checkpoint)
+    assert extra["habc"]["demo_episodes"] == 24  # the demonstrations trained on beside the episodes
 
 
 def test_episodes_of_another_task_are_refused_naming_the_dataset(reach: tuple[Path, Path], tmp_path: Path) -> None:
