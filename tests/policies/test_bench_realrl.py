@@ -57,3 +57,24 @@ def test_peg_insert_decides_the_habc_bars(tmp_path: Path) -> None:
     bars = metrics["bars"]
     assert {"habc_minus_sft_ge_0.30", "habc_above_awbc", "unaware_ablation_worse", "habc_robot_time_le_2h"} <= set(bars)
     assert "habc_interventions_falling" in bars and bars["habc_robot_time_le_2h"]["pass"] is True
+
+
+def test_bars_judge_the_numbers_and_serialise() -> None:
+    from reflexlab.cli.bench.realrl_report import bars
+
+    def policy(success: float, tts: float | None = 10.0) -> dict:
+        return {"success_mean": success, "time_to_success_s_mean": tts}
+
+    run = {"success_per_round": [0.8, 0.2, 0.3], "episodes_per_round": [10, 10, 10]}
+    rounds = {"rl100": {"robot_time_h_mean": 0.3, "per_seed": [run]}}
+    policies = {
+        "sft": policy(0.5),
+        "rl100-online": policy(0.99, 7.0),
+        "rl100-head": policy(0.97) | {"latency_p99_us": 900.0},
+    }
+    got = json.loads(json.dumps(bars("panda-push-t", policies, rounds)))  # numpy scalars would not serialise
+    assert got["rl100_success_ge_0.98"] == {"value": 0.99, "pass": True}
+    assert got["rl100_time_to_success_le_0.8x_sft"]["pass"] is True  # 7 s vs 10 s
+    assert got["head_success_ge_0.97x_multistep"]["pass"] is True and got["head_p99_le_1ms"]["pass"] is True
+    drop = got["rl100_no_accepted_round_worse_by_1se"]  # 0.8 → 0.2 over 10 episodes: 4.7 standard errors
+    assert drop["pass"] is False and abs(drop["worst_drop_in_se"] - 0.6 / (0.16 / 10) ** 0.5) < 1e-9

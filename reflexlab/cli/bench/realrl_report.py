@@ -128,7 +128,7 @@ def _monotone(rl100: dict[str, Any]) -> dict[str, Any]:
         success, n = run["success_per_round"], run["episodes_per_round"]
         for i in range(1, len(success)):
             se = np.sqrt(max(success[i - 1] * (1 - success[i - 1]), 1e-12) / max(n[i - 1], 1))
-            worst = max(worst, (success[i - 1] - success[i]) / se)
+            worst = max(worst, float((success[i - 1] - success[i]) / se))
     return {"worst_drop_in_se": worst, "pass": worst <= 1.0}
 
 
