@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from reflexlab.spec import ObsTerm, Spec
+from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
 from reflexlab.tasks.panda_peg_insert import constants as C
-from reflexlab.tasks.panda_push_t.spec import tip_position_spec
 
 _REACH = 0.05  # m: lateral distance from the hole at which the progress's alignment term starts to count
 _SLACK = (C.HOLE_SIZE - C.PEG_SIZE) / 2 * np.sqrt(2)  # the farthest the peg's axis can be off the hole's, inside it
@@ -20,18 +19,30 @@ _SLACK = (C.HOLE_SIZE - C.PEG_SIZE) / 2 * np.sqrt(2)  # the farthest the peg's a
 
 def make_spec() -> Spec:
     """The task's interface: what the policy observes and commands (a plain, one-step Spec)."""
-    return tip_position_spec(
-        C.TASK_NAME,
+    policy = ObsGroup(
+        "policy",
         (
             ObsTerm("peg_tip_pos", 3, "m, base frame"),
             ObsTerm("hole_pos", 2, "m, base frame, hole centre as tracked (biased, noisy)"),
         ),
-        action_names=("peg_x", "peg_y", "peg_z"),
+    )
+    action = ActionSpec(
+        kind="ee_position",
+        names=("peg_x", "peg_y", "peg_z"),
+        scale=1.0,
+        offset=(0.0, 0.0, 0.0),
         lower=C.WORKSPACE_LOW,
         upper=C.WORKSPACE_HIGH,
         max_rate=C.MAX_TIP_SPEED,
-        control_dt=C.CONTROL_DT,
-        physics_dt=C.PHYSICS_DT,
+    )
+    return Spec(
+        robot=C.ROBOT_NAME,
+        task=C.TASK_NAME,
+        observation_groups=(policy,),
+        policy_group="policy",
+        action=action,
+        control_rate_hz=1.0 / C.CONTROL_DT,
+        physics_rate_hz=1.0 / C.PHYSICS_DT,
         extra={
             "peg_size": C.PEG_SIZE,
             "hole_size": C.HOLE_SIZE,

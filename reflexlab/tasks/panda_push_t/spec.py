@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
@@ -13,59 +11,32 @@ from reflexlab.tasks.panda_push_t import geometry as G
 
 def make_spec() -> Spec:
     """The task's interface: what the policy observes and commands (a plain, one-step Spec)."""
-    return tip_position_spec(
-        C.TASK_NAME,
+    policy = ObsGroup(
+        "policy",
         (
             ObsTerm("pusher_pos", 2, "m, base frame"),
             ObsTerm("block_pos", 2, "m, base frame, block centre of mass"),
             ObsTerm("block_yaw", 2, "cos, sin of yaw"),
         ),
-        action_names=("pusher_x", "pusher_y"),
+    )
+    action = ActionSpec(
+        kind="ee_position",
+        names=("pusher_x", "pusher_y"),
+        scale=1.0,
+        offset=(0.0, 0.0),
         lower=C.WORKSPACE_LOW,
         upper=C.WORKSPACE_HIGH,
         max_rate=C.MAX_PUSHER_SPEED,
-        control_dt=C.CONTROL_DT,
-        physics_dt=C.PHYSICS_DT,
-        extra={"goal_pose": list(C.GOAL_POSE), "success_coverage": C.SUCCESS_COVERAGE},
-    )
-
-
-def tip_position_spec(
-    task: str,
-    terms: tuple[ObsTerm, ...],
-    *,
-    action_names: tuple[str, ...],
-    lower: tuple[float, ...],
-    upper: tuple[float, ...],
-    max_rate: float,
-    control_dt: float,
-    physics_dt: float,
-    extra: dict[str, Any],
-) -> Spec:
-    """The Spec of a Panda task whose policy observes ``terms`` and commands its tool tip's position.
-
-    Shared by push-T and `panda-peg-insert` so that the arm tasks' interfaces differ only where the tasks do:
-    the action is the tip's coordinates as they are (``ee_position``, scale 1, no offset), within ``lower`` …
-    ``upper`` and ``max_rate`` m/s, one step at a time.
-    """
-    action = ActionSpec(
-        kind="ee_position",
-        names=action_names,
-        scale=1.0,
-        offset=(0.0,) * len(action_names),
-        lower=lower,
-        upper=upper,
-        max_rate=max_rate,
     )
     return Spec(
         robot=C.ROBOT_NAME,
-        task=task,
-        observation_groups=(ObsGroup("policy", terms),),
+        task=C.TASK_NAME,
+        observation_groups=(policy,),
         policy_group="policy",
         action=action,
-        control_rate_hz=1.0 / control_dt,
-        physics_rate_hz=1.0 / physics_dt,
-        extra=extra,
+        control_rate_hz=1.0 / C.CONTROL_DT,
+        physics_rate_hz=1.0 / C.PHYSICS_DT,
+        extra={"goal_pose": list(C.GOAL_POSE), "success_coverage": C.SUCCESS_COVERAGE},
     )
 
 

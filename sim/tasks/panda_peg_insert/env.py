@@ -1,7 +1,7 @@
 """`panda-peg-insert` in MuJoCo: the Panda inserts a square peg into a 1 mm-clearance hole, 10 Hz task-space control.
 
-The policy commands where the peg tip should be (x, y, z in the robot's base frame). As in push-T (its
-`ArmEnv` and `ArmIK`), a damped-least-squares IK turns the tip target into joint targets for the arm's position
+The policy commands where the peg tip should be (x, y, z in the robot's base frame). As in push-T, a
+damped-least-squares IK (`ArmIK`, push-T's) turns the tip target into joint targets for the arm's position
 servos: per 10 Hz step the target moves along a straight line (rate-limited to ``MAX_TIP_SPEED``), solved at
 ``IK_WAYPOINTS`` points and interpolated in joint space between them; the peg is kept vertical at a fixed
 yaw (the hole's walls are axis-aligned with it).
@@ -28,19 +28,22 @@ import numpy as np
 from reflexlab.tasks.panda_peg_insert import constants as C
 from reflexlab.tasks.panda_peg_insert.config import PegInsertConfig
 from reflexlab.tasks.panda_peg_insert.spec import inserted_depth, make_spec, observation, progress, seated
-from sim.tasks.panda_push_t.env import ArmEnv, ArmIK, ArmScene
+from sim.tasks.panda_push_t.env import ArmIK
 
 SCENE_XML = Path(__file__).with_name("panda_peg_insert.xml")
 MAX_LEAD = 0.005  # m: how far an IK reference may lead the measured tip (the controller's force limit)
 
 
 @dataclass
-class _Scene(ArmScene):
+class _Scene:
+    data: mujoco.MjData
+    q_target: np.ndarray  # current joint targets (the arm's position servos)
+    tip_target: np.ndarray  # current commanded tip position (x, y, z)
     bias: np.ndarray  # this episode's tracker bias on the hole's x, y
     rng: np.random.Generator  # the tracker's jitter
 
 
-class PegInsertEnv(ArmEnv):
+class PegInsertEnv:
     """A batch of `panda-peg-insert` scenes stepped together at 10 Hz.
 
     Args:
@@ -53,8 +56,6 @@ class PegInsertEnv(ArmEnv):
     spec_factory = staticmethod(lambda cfg=None: make_spec())
     # What `sim.demos` records beside observation and action: the true hole pose, and the expert's phase.
     demo_features: ClassVar[dict[str, tuple[int, ...]]] = {"observation.environment_state": (2,), "expert.phase": (1,)}
-    ik_waypoints = C.IK_WAYPOINTS
-    substeps = C.DECIMATION // C.IK_WAYPOINTS
 
     def __init__(
         self, num_envs: int = 1, episode_steps: int | None = None, config: PegInsertConfig | None = None
@@ -75,6 +76,7 @@ class PegInsertEnv(ArmEnv):
         self.succeeded = np.zeros(num_envs, dtype=bool)
         self.done = np.zeros(num_envs, dtype=bool)
         self._obs = np.zeros((num_envs, self.spec.policy_obs.size), np.float32)
+        self._renderer = None  # a sim.render.SceneRenderer once a camera is asked for
 
     # --- state ---------------------------------------------------------------------------------
     def hole_xy(self) -> np.ndarray:
@@ -108,6 +110,16 @@ class PegInsertEnv(ArmEnv):
     def environment_state(self) -> np.ndarray:
         """(N, 2) the true hole centres: recorded beside the demonstrations for analysis, never a policy input."""
         return self.hole_xy()
+
+    def render(self, camera: str, height: int, width: int, scenes: np.ndarray | None = None) -> np.ndarray:
+        """(N, height, width, 3) uint8 RGB frames of MJCF camera ``camera`` (``side``, ``top``), of every scene
+        or of the scene indices ``scenes``."""
+        if self._renderer is None:
+            from sim.render import SceneRenderer
+
+            self._renderer = SceneRenderer(self.model)
+        chosen = self.scenes if scenes is None else [self.scenes[i] for i in scenes]
+        return self._renderer.render([s.data for s in chosen], camera, height, width)
 
     def episode_metrics(self) -> dict[str, np.ndarray]:
         """Per-scene scores of the current episodes, under the keys every demonstration task reports.
@@ -162,9 +174,16 @@ class PegInsertEnv(ArmEnv):
         if not np.isfinite(actions).all():
             raise ValueError("panda-peg-insert: non-finite peg tip target")
         for i, s in enumerate(self.scenes):
-            if not self.done[i]:
-                self._move_tip(s, actions[i])
-                self._obs[i] = self._observe(i)
+            if self.done[i]:
+                continue
+            goal = np.clip(actions[i], self.low, self.high)
+            delta = goal - s.tip_target
+            dist = np.linalg.norm(delta)
+            if dist > self.max_move:
+                goal = s.tip_target + delta * (self.max_move / dist)
+            s.q_target = self._follow(s, s.tip_target, goal)
+            s.tip_target = goal
+            self._obs[i] = self._observe(i)
         self.steps[~self.done] += 1
         prog = self.progress()
         success = seated(self.tip_pos(), self.hole_xy())
@@ -175,9 +194,17 @@ class PegInsertEnv(ArmEnv):
         info = {"success": success, "max_coverage": self.max_progress.copy(), "depth": self.depth()}
         return self.observation(), prog, newly_done, info
 
-    def _ik_target(self, s: ArmScene, waypoint: np.ndarray) -> np.ndarray:
-        """The waypoint kept within ``MAX_LEAD`` of the tip as measured now, before this waypoint's IK solve."""
-        return lead_limited(waypoint, s.data.site_xpos[self.ik.site])
+    def _follow(self, s: _Scene, start: np.ndarray, goal: np.ndarray) -> np.ndarray:
+        """One control period: IK waypoints from ``start`` to ``goal``, each within ``MAX_LEAD`` of the tip."""
+        n_sub = C.DECIMATION // C.IK_WAYPOINTS
+        q_prev, tip = s.q_target, s.data.site_xpos[self.ik.site]  # a view: always the measured tip
+        for k in range(1, C.IK_WAYPOINTS + 1):
+            q_next = self.ik.solve(q_prev, lead_limited(start + (goal - start) * (k / C.IK_WAYPOINTS), tip))
+            for j in range(1, n_sub + 1):
+                s.data.ctrl[:] = q_prev + (q_next - q_prev) * (j / n_sub)
+                mujoco.mj_step(self.model, s.data)
+            q_prev = q_next
+        return q_prev
 
 
 def lead_limited(reference: np.ndarray, tip: np.ndarray) -> np.ndarray:

@@ -14,11 +14,9 @@ evaluating a policy over 50 seeds runs the network once per step for all of them
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 import mujoco
 import numpy as np
@@ -27,9 +25,6 @@ from reflexlab.tasks.panda_push_t import constants as C
 from reflexlab.tasks.panda_push_t import geometry as G
 from reflexlab.tasks.panda_push_t import modes
 from reflexlab.tasks.panda_push_t.spec import make_spec, observation
-
-if TYPE_CHECKING:
-    from sim.render import SceneRenderer
 
 SCENE_XML = Path(__file__).with_name("panda_push_t.xml")
 
@@ -82,70 +77,13 @@ class ArmIK:
 
 
 @dataclass
-class ArmScene:
-    """One scene and what the arm's controller keeps of it from one control step to the next."""
-
+class _Scene:
     data: mujoco.MjData
     q_target: np.ndarray  # current joint targets (the arm's position servos)
-    tip_target: np.ndarray  # current commanded tip position (push-T: x, y on the table; peg-insert: x, y, z)
+    tip_target: np.ndarray  # current commanded tip position (x, y)
 
 
-class ArmEnv(ABC):
-    """What the arm tasks' batched envs share: the tip controller and the cameras. Push-T's, reused by
-    `panda-peg-insert`, so that both tasks' arms move (and are filmed) the same way.
-
-    A subclass builds ``model``, ``ik``, ``scenes``, the workspace ``low``/``high`` and ``max_move`` (m per
-    control step) in its ``__init__``, sets ``ik_waypoints`` and ``substeps`` from its constants, and says in
-    `_ik_target` what a waypoint of the commanded path asks of the IK (the one place the tasks' controllers differ).
-    """
-
-    ik_waypoints: ClassVar[int]  # IK solves per control step
-    substeps: ClassVar[int]  # physics steps per IK solve, over which the joint targets are interpolated
-    model: mujoco.MjModel
-    ik: ArmIK
-    scenes: Sequence[ArmScene]
-    low: np.ndarray
-    high: np.ndarray
-    max_move: float
-    _renderer: SceneRenderer | None = None  # created once a camera is asked for
-
-    def render(self, camera: str, height: int, width: int, scenes: np.ndarray | None = None) -> np.ndarray:
-        """(N, height, width, 3) uint8 RGB frames of MJCF camera ``camera`` (e.g. "side", "top"), now, of every
-        scene or of the scene indices ``scenes``."""
-        if self._renderer is None:
-            from sim.render import SceneRenderer
-
-            self._renderer = SceneRenderer(self.model)
-        chosen = self.scenes if scenes is None else [self.scenes[i] for i in scenes]
-        return self._renderer.render([s.data for s in chosen], camera, height, width)
-
-    def _move_tip(self, s: ArmScene, action: np.ndarray) -> None:
-        """One control period of scene ``s`` towards the tip target ``action``.
-
-        The target is clipped into the workspace and shortened to the speed limit, as the deploy safety filter
-        would, then followed along a straight line: IK solved at ``ik_waypoints`` points on it, the joint
-        targets interpolated between them.
-        """
-        goal = np.clip(action, self.low, self.high)
-        delta = goal - s.tip_target
-        dist = np.linalg.norm(delta)
-        if dist > self.max_move:
-            goal = s.tip_target + delta * (self.max_move / dist)
-        start, q_prev = s.tip_target, s.q_target
-        for k in range(1, self.ik_waypoints + 1):
-            q_next = self.ik.solve(q_prev, self._ik_target(s, start + (goal - start) * (k / self.ik_waypoints)))
-            for j in range(1, self.substeps + 1):
-                s.data.ctrl[:] = q_prev + (q_next - q_prev) * (j / self.substeps)
-                mujoco.mj_step(self.model, s.data)
-            q_prev = q_next
-        s.q_target, s.tip_target = q_prev, goal
-
-    @abstractmethod
-    def _ik_target(self, s: ArmScene, waypoint: np.ndarray) -> np.ndarray:
-        """The IK's target (x, y, z) for ``waypoint``, a point of scene ``s``'s commanded tip path."""
-
-
-class PushTEnv(ArmEnv):
+class PushTEnv:
     """A batch of `panda-push-t` scenes stepped together at 10 Hz.
 
     Args:
@@ -166,8 +104,6 @@ class PushTEnv(ArmEnv):
         "expert.detour": (1,),
         "expert.two_sided": (1,),
     }
-    ik_waypoints = C.IK_WAYPOINTS
-    substeps = C.DECIMATION // C.IK_WAYPOINTS
 
     def __init__(self, num_envs: int = 1, episode_steps: int = C.EPISODE_STEPS) -> None:
         self.model = mujoco.MjModel.from_xml_path(str(SCENE_XML))
@@ -181,10 +117,11 @@ class PushTEnv(ArmEnv):
         self.tip_z = C.PUSHER_HEIGHT
         self.low, self.high = np.array(C.WORKSPACE_LOW), np.array(C.WORKSPACE_HIGH)
         self.max_move = C.MAX_PUSHER_SPEED * C.CONTROL_DT
-        self.scenes = [ArmScene(mujoco.MjData(self.model), np.array(C.HOME_QPOS), np.zeros(2)) for _ in range(num_envs)]
+        self.scenes = [_Scene(mujoco.MjData(self.model), np.array(C.HOME_QPOS), np.zeros(2)) for _ in range(num_envs)]
         self.steps = np.zeros(num_envs, dtype=np.int64)
         self.max_coverage = np.zeros(num_envs)
         self.done = np.zeros(num_envs, dtype=bool)
+        self._renderer = None  # a sim.render.SceneRenderer once a camera is asked for
 
     # --- state ---------------------------------------------------------------------------------
     def block_pose(self) -> np.ndarray:
@@ -217,6 +154,16 @@ class PushTEnv(ArmEnv):
     def coverage(self) -> np.ndarray:
         return G.coverage(self.block_pose())
 
+    def render(self, camera: str, height: int, width: int, scenes: np.ndarray | None = None) -> np.ndarray:
+        """(N, height, width, 3) uint8 RGB frames of MJCF camera ``camera`` (e.g. "side"), now, of every scene
+        or of the scene indices ``scenes``."""
+        if self._renderer is None:
+            from sim.render import SceneRenderer
+
+            self._renderer = SceneRenderer(self.model)
+        chosen = self.scenes if scenes is None else [self.scenes[i] for i in scenes]
+        return self._renderer.render([s.data for s in chosen], camera, height, width)
+
     def episode_metrics(self) -> dict[str, np.ndarray]:
         """Per-scene scores of the current episodes, in both published Push-T conventions.
 
@@ -237,7 +184,7 @@ class PushTEnv(ArmEnv):
         self.max_coverage[:] = self.coverage()
         return self.observation()
 
-    def _reset_scene(self, s: ArmScene, rng: np.random.Generator) -> None:
+    def _reset_scene(self, s: _Scene, rng: np.random.Generator) -> None:
         block = np.array([*rng.uniform(C.INIT_BLOCK_LOW, C.INIT_BLOCK_HIGH), rng.uniform(-np.pi, np.pi)])
         clearance = G.radius() + C.PUSHER_RADIUS + 0.02
         while True:  # pusher anywhere in the workspace, clear of the block
@@ -262,9 +209,24 @@ class PushTEnv(ArmEnv):
         actions = np.asarray(actions, dtype=np.float64).reshape(self.num_envs, 2)
         if not np.isfinite(actions).all():
             raise ValueError("panda-push-t: non-finite pusher target")
+        n_sub = C.DECIMATION // C.IK_WAYPOINTS
         for i, s in enumerate(self.scenes):
-            if not self.done[i]:
-                self._move_tip(s, actions[i])
+            if self.done[i]:
+                continue
+            goal = np.clip(actions[i], self.low, self.high)
+            delta = goal - s.tip_target
+            dist = np.linalg.norm(delta)
+            if dist > self.max_move:
+                goal = s.tip_target + delta * (self.max_move / dist)
+            start_xy, q_prev = s.tip_target, s.q_target
+            for k in range(1, C.IK_WAYPOINTS + 1):
+                xy = start_xy + (goal - start_xy) * (k / C.IK_WAYPOINTS)
+                q_next = self.ik.solve(q_prev, np.array([*xy, self.tip_z]))
+                for j in range(1, n_sub + 1):
+                    s.data.ctrl[:] = q_prev + (q_next - q_prev) * (j / n_sub)
+                    mujoco.mj_step(self.model, s.data)
+                q_prev = q_next
+            s.q_target, s.tip_target = q_prev, goal
         self.steps[~self.done] += 1
         cov = self.coverage()
         self.max_coverage = np.maximum(self.max_coverage, np.where(self.done, 0.0, cov))
@@ -272,10 +234,6 @@ class PushTEnv(ArmEnv):
         newly_done = ~self.done & (success | (self.steps >= self.episode_steps))
         self.done |= newly_done
         return self.observation(), cov, newly_done, {"success": success, "max_coverage": self.max_coverage.copy()}
-
-    def _ik_target(self, s: ArmScene, waypoint: np.ndarray) -> np.ndarray:
-        """The waypoint (x, y) at the pushing height: the tip slides at the block's mid-height."""
-        return np.array([*waypoint, self.tip_z])
 
 
 def _wrap(angle: float) -> float:
