@@ -46,7 +46,7 @@ from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
 from policies.rl.rounds import RoundOutcome
 from policies.rl.transitions import ChunkTransitions, chunk_transitions
-from reflexlab.dataset import load_dataset
+from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import Spec
 
 Stage = Literal["offline", "online", "distill"]
@@ -136,10 +136,9 @@ class Rl100Round:
         cfg = self.config
         policy, extra = GenerativePolicy.load(checkpoint)
         spec = _policy_spec(policy, extra, checkpoint)
-        data = _concat(  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
-            chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma),
-            chunk_transitions(load_dataset(dataset), spec, cfg.gamma),
-        )
+        rollouts = load_dataset(dataset)  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
+        episodes = chunk_transitions(rollouts, spec, cfg.gamma)
+        data = _concat(chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma), episodes)
         torch.manual_seed(cfg.seed + round_)
         critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))
         critic_losses = critics.fit(data)
@@ -151,7 +150,7 @@ class Rl100Round:
             return critics.advantage(windows[:, -1], chunks[:, executed])
 
         if stage == "online":  # the deployed version's own states; the robot's next episodes judge the result
-            states = _latest_version_windows(dataset, spec, cfg.gamma)
+            states = _latest_version_windows(rollouts, episodes)
             stats = self._ppo(policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_)
             numbers |= {"ppo": stats, "ppo_windows": len(states)}
             return RoundOutcome(_save(policy, extra, out, stage, numbers), numbers, stage)
@@ -254,11 +253,10 @@ def _concat(*parts: ChunkTransitions) -> ChunkTransitions:
     return ChunkTransitions(**merged, gamma=parts[0].gamma)
 
 
-def _latest_version_windows(dataset: Path, spec: Spec, gamma: float) -> np.ndarray:
-    """The observation windows of the newest policy version's episodes: the online stage's on-policy states."""
-    ds = load_dataset(dataset)
+def _latest_version_windows(ds: Dataset, transitions: ChunkTransitions) -> np.ndarray:
+    """The observation windows of the newest policy version's episodes (``transitions`` are ``ds``'s): the online
+    stage's on-policy states."""
     versions = np.array([int(ds.episode(i)["policy_version"][0]) for i in range(ds.num_episodes)])
-    transitions = chunk_transitions(ds, spec, gamma)
     return transitions.window[versions[transitions.episode] == versions.max()]
 
 
