@@ -167,9 +167,9 @@ def _round(
     row |= {"stage": outcome.stage, "update": outcome.numbers}
     if outcome.checkpoint is None:
         return {**row, "verdict": "kept", "reason": f"round {round_}: {outcome.reason}"}
-    steps = outcome.sampling_steps or options.sampling_steps
     try:
-        version = _deploy(store, outcome.checkpoint, out, round_, options, {"update": outcome.numbers}, steps)
+        info = {"update": outcome.numbers}
+        version = _deploy(store, outcome.checkpoint, out, round_, options, info, outcome.sampling_steps)
     except PolicyStoreError as err:
         return {**row, "verdict": "rejected", "reason": str(err)}
     return {**row, "verdict": "deployed", "version": version.version, "checkpoint": str(outcome.checkpoint)}
