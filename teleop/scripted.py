@@ -139,9 +139,13 @@ class ScriptedIntervention:
 
 # panda-peg-insert's person (used when no config is given): a 5 mm shaky hand never finds a 0.5 mm gap, and
 # handing back after +0.1 progress returned the peg to the policy after two steps of approach or 2.5 mm of depth.
-# Measured with a policy that only holds the arm (seeds 0-9, 15 s): this config 7/10 successes; noise 0.5 mm 8/10,
-# 2 mm 5/10; push-T's config 0/10.
-PEG_INSERT_PERSON = ScriptedPersonConfig(handback_gain=0.5, max_steps=60, noise_std=0.001)
+# Measured with a policy that only holds the arm (seeds 0-9, 15 s): 1 mm noise 7/10 successes; 0.5 mm 8/10,
+# 2 mm 5/10; push-T's config 0/10. Patience: searching the rim by feel makes no progress for seconds, so a person
+# who takes over after 1.5 s of it (push-T's 15 steps) took over 2/3 of the episodes the SFT policy would have
+# finished alone and labelled them failures. Measured with an SFT policy that succeeds in 70 % of 40 episodes
+# alone: stall 15 steps / regress 0.15 took over 0.93 times per episode and let it finish 20 % alone; 50 / 0.5
+# (this) 0.38 times, 57 % alone, 90 % success with the person; 80 steps left the person too little time (72 %).
+PEG_INSERT_PERSON = ScriptedPersonConfig(stall_steps=50, regress=0.5, handback_gain=0.5, max_steps=60, noise_std=0.001)
 
 
 def scripted_person(task: str, config: ScriptedPersonConfig | None = None, seed: int = 0) -> ScriptedPerson:

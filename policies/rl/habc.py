@@ -1,19 +1,26 @@
-"""HABC's per-transition weights: two one-step advantages merged by a state-adaptive gate, then exponentiated.
+"""HABC's per-transition weights: two λ-advantages merged by a state-adaptive gate, then exponentiated.
 
 The paper (arXiv 2606.17043) publishes no formulas; these are ours (issue 22 asks us to say what we chose):
 
-* one-step advantages from the two critics of `policies.rl.critics`, bootstrapping from the segment's outcome at
-  its last step (`policies.rl.credit.Credit.outcome_next`)::
+* one-step advantages (TD errors) from the two critics of `policies.rl.critics`, bootstrapping from the segment's
+  outcome at its last step (`policies.rl.credit.Credit.outcome_next`)::
 
-      A_via = V_via(s') − V_via(s)          (γ_v = 1: did this step make success more likely?)
-      A_eff = γ_e · V_eff(s') − V_eff(s)     (did it bring success sooner?)
+      δ_via = V_via(s') − V_via(s)          (γ_v = 1: did this step make success more likely?)
+      δ_eff = γ_e · V_eff(s') − V_eff(s)     (did it bring success sooner?)
 
+  summed along the rest of the segment as λ-returns, ``A_t = δ_t + γ λ A_{t+1}`` (generalised advantage estimation,
+  reset at every segment end). λ = 0 is the pure one-step advantage; λ = 1 is the segment's Monte-Carlo outcome
+  minus V(s). With sparse outcomes the one-step advantage of every step but a segment's last is a difference of two
+  nearly equal predictions, so on panda-peg-insert (weights' effective fraction 0.95) the fine-tune cloned the
+  policy's failures as much as its successes; λ near 1 carries the outcome back to the steps that earned it.
+* the critics' values are cross-fitted (`policies.rl.critics.cross_fitted_values`): each episode's come from critics
+  that never saw its ending, else the advantage of a memorised step is ~0 whatever happened.
 * the gate ``g = σ(κ (V_via(s) − θ))``: while success from s is uncertain (V_via below θ) the viability advantage
   decides; once it is likely, the efficiency one. ``A = (1 − g) A_via + g A_eff``.
 * weights ``w = min(exp(A / β), w_max)`` (advantage-weighted regression, clipped so that one lucky transition cannot
   dominate), normalised to mean 1 over all the policy's transitions of the dataset at once (per episode, a run
   of good steps would be normalised back to 1 and lose its credit) so that the BC loss keeps its scale. A person's
-  transitions get ``human_weight`` (default 1: plain BC on what the person did).
+  transitions get ``human_weight``, the demonstrations ``demo_weight`` (see `HabcWeighting`).
 
 `habc_update` is one learner round: critics fit on the dataset so far, weights, a weighted fine-tune of the policy.
 """
@@ -29,7 +36,7 @@ import numpy as np
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig, finetune_weighted
 from policies.rl.credit import episode_credit
-from policies.rl.critics import CriticConfig, ValueCritic
+from policies.rl.critics import CriticConfig, cross_fitted_values
 from policies.rl.rounds import RoundOutcome
 from reflexlab.dataset import load_dataset
 from reflexlab.spec import Spec
@@ -37,17 +44,29 @@ from reflexlab.spec import Spec
 
 @dataclass(frozen=True)
 class HabcWeighting:
-    """The gate and weight transform (defaults: θ 0.5, κ 10, β 0.05, w_max 20, γ_e 0.95, person weight 1)."""
+    """The gate, the advantages' λ and the weight transform.
+
+    ``human_weight``: a person's steps in the episodes. The scripted person is a noisier hand than the
+    demonstrator (1 mm against 0.3 mm on panda-peg-insert) that plans afresh from wherever it takes over; cloning
+    its steps at the demonstrations' weight cost the SFT policy ~0.2 success there (measured offline on 40 episodes:
+    demonstrations alone 0.78, with the person's steps at weight 1 0.56, without them 0.73; 100 episodes each), so
+    it counts for less than a demonstration by default. ``demo_weight``: the SFT demonstrations trained beside the
+    episodes (`HabcConfig.demos`).
+    """
 
     theta: float = 0.5
     kappa: float = 10.0
-    beta: float = 0.05
+    beta: float = 0.1
     max_weight: float = 20.0
     gamma_efficiency: float = 0.95
-    human_weight: float = 1.0
+    lam: float = 0.95
+    human_weight: float = 0.3
+    demo_weight: float = 1.0
+    folds: int = 5  # cross-fitting of the critics' values (1: fit and evaluate on the same episodes)
 
     def __post_init__(self) -> None:
-        if not (self.beta > 0 and self.max_weight >= 1 and self.kappa >= 0 and 0 < self.gamma_efficiency <= 1):
+        ok = self.beta > 0 and self.max_weight >= 1 and self.kappa >= 0 and 0 < self.gamma_efficiency <= 1
+        if not (ok and 0 <= self.lam <= 1 and self.human_weight >= 0 and self.demo_weight >= 0 and self.folds >= 1):
             raise ValueError(f"HABC weighting out of range: {self}")
 
 
@@ -62,6 +81,17 @@ def _next_values(values: np.ndarray, outcome_next: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(outcome_next), following, outcome_next)
 
 
+def lambda_advantage(values: np.ndarray, outcome_next: np.ndarray, gamma: float, lam: float) -> np.ndarray:
+    """GAE(λ) per step of one episode: TD errors summed along the rest of each segment (NaN on unlabelled runs)."""
+    delta = gamma * _next_values(values, outcome_next) - values
+    advantage = np.empty(len(values))
+    carry = 0.0
+    for t in range(len(values) - 1, -1, -1):
+        carry = delta[t] + (0.0 if np.isfinite(outcome_next[t]) else gamma * lam * carry)
+        advantage[t] = carry
+    return advantage
+
+
 def merged_advantage(
     v_via: np.ndarray,
     v_eff: np.ndarray,
@@ -69,8 +99,8 @@ def merged_advantage(
     weighting: HabcWeighting,
 ) -> np.ndarray:
     """A per step of one episode (its steps in order), from the critics' values at every step."""
-    a_via = _next_values(v_via, outcome_next) - v_via
-    a_eff = weighting.gamma_efficiency * _next_values(v_eff, outcome_next) - v_eff
+    a_via = lambda_advantage(v_via, outcome_next, 1.0, weighting.lam)
+    a_eff = lambda_advantage(v_eff, outcome_next, weighting.gamma_efficiency, weighting.lam)
     g = gate(v_via, weighting)
     return (1.0 - g) * a_via + g * a_eff
 
@@ -95,7 +125,7 @@ class HabcConfig:
     weighting: HabcWeighting = field(default_factory=HabcWeighting)
     critic: CriticConfig = field(default_factory=CriticConfig)
     aware: bool = True  # False: the ablation, credit across intervention boundaries
-    demos: Path | None = None  # demonstrations trained on beside the episodes, at the person's weight (see below)
+    demos: Path | None = None  # demonstrations trained on beside the episodes, at ``demo_weight`` (see below)
     critics: Literal["two", "one"] = "two"  # "one": the single-critic AWBC baseline (viability only, no gate)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(max_steps=2000, warmup_steps=100, checkpoint_every=10**9)
@@ -134,21 +164,20 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
         credits.append(episode_credit(steps, episode=i, gamma_efficiency=w.gamma_efficiency, aware=config.aware))
         episodes.append({"obs": steps["observation.state"], "action": steps["action"]})
     obs = np.concatenate([e["obs"] for e in episodes])
+    episode_of = np.concatenate([np.full(len(e["obs"]), i) for i, e in enumerate(episodes)])
     viability_targets = np.concatenate([c.viability for c in credits])
     efficiency_targets = np.concatenate([c.efficiency for c in credits])
-    viability = ValueCritic(obs.shape[1], config.critic)
-    viability_mse = viability.fit(obs, viability_targets)
-    efficiency, efficiency_mse = None, None
+    v_via, viability_mse = cross_fitted_values(obs, viability_targets, episode_of, w.folds, config.critic)
+    v_eff, efficiency_mse = None, None
     if config.critics == "two" and np.isfinite(efficiency_targets).any():
-        efficiency = ValueCritic(obs.shape[1], config.critic)
-        efficiency_mse = efficiency.fit(obs, efficiency_targets)
+        v_eff, efficiency_mse = cross_fitted_values(obs, efficiency_targets, episode_of, w.folds, config.critic)
     advantages = []
-    for episode, credit in zip(episodes, credits, strict=True):
-        v_via = viability.values(episode["obs"])
-        if efficiency is None:  # one critic, or no success yet (how soon means nothing): viability alone decides
-            advantages.append(_next_values(v_via, credit.outcome_next) - v_via)
+    for i, credit in enumerate(credits):
+        here = episode_of == i
+        if v_eff is None:  # one critic, or no success yet (how soon means nothing): viability alone decides
+            advantages.append(lambda_advantage(v_via[here], credit.outcome_next, 1.0, w.lam))
         else:
-            advantages.append(merged_advantage(v_via, efficiency.values(episode["obs"]), credit.outcome_next, w))
+            advantages.append(merged_advantage(v_via[here], v_eff[here], credit.outcome_next, w))
     by_policy = np.concatenate([c.by_policy for c in credits])
     weighted = by_policy if config.aware else np.ones_like(by_policy)  # the ablation weighs the person's steps too
     all_weights = transition_weights(np.concatenate(advantages), weighted, w)  # normalised over the whole dataset
@@ -157,7 +186,7 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     extra = {"habc": {"aware": config.aware, "dataset": str(dataset), "episodes": ds.num_episodes}}
     demo_episodes = _demonstrations(config.demos, checkpoint)
     extra["habc"] |= {"demos": None if config.demos is None else str(config.demos), "demo_episodes": len(demo_episodes)}
-    train_weights = np.concatenate([all_weights, *(np.full(len(e["action"]), w.human_weight) for e in demo_episodes)])
+    train_weights = np.concatenate([all_weights, *(np.full(len(e["action"]), w.demo_weight) for e in demo_episodes)])
     new = finetune_weighted(checkpoint, episodes + demo_episodes, train_weights, config.train, run_dir, extra)
     return HabcUpdate(
         checkpoint=new,
@@ -185,7 +214,7 @@ class HabcRound:
 
 
 def _demonstrations(demos: Path | None, checkpoint: Path) -> list[dict[str, np.ndarray]]:
-    """The SFT demonstrations as more BC data (a person's steps, at the person's weight), so that the fine-tune does
+    """The SFT demonstrations as more BC data (at ``demo_weight``), so that the fine-tune does
     not forget what the first rounds' few episodes never visit: on panda-peg-insert, fine-tuning on the episodes alone
     (lr 1e-3) made the scripted person take over more often each round (0.7 → 1.2 interventions per episode over 3
     rounds)."""

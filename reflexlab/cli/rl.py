@@ -188,7 +188,7 @@ class Habc(_RealWorldRl):
     aware: bool = True
     """intervention-aware credit; --no-aware is the ablation (outcomes cross intervention boundaries)."""
 
-    method: ClassVar[str] = "habc"  # every round also trains on --demos at the person's weight
+    method: ClassVar[str] = "habc"  # every round also trains on --demos (HabcWeighting.demo_weight)
 
     def _update(self) -> tuple[RoundUpdate, int]:
         from policies.generative.train import TrainConfig

@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.rl.credit import CreditError, episode_credit, segments
-from policies.rl.critics import CriticConfig, ValueCritic
-from policies.rl.habc import HabcWeighting, gate, merged_advantage, transition_weights
+from policies.rl.critics import CriticConfig, ValueCritic, cross_fitted_values
+from policies.rl.habc import HabcWeighting, gate, lambda_advantage, merged_advantage, transition_weights
 from policies.rl.rounds import ended_under_intervention
 from reflexlab.dataset import DatasetWriter, load_dataset
 
@@ -108,7 +108,7 @@ def test_the_gate_hands_over_from_viability_to_efficiency() -> None:
 
 
 def test_advantages_reward_steps_that_raise_the_chance_and_weights_keep_the_loss_scale() -> None:
-    w = HabcWeighting(theta=0.5, kappa=10.0, beta=0.1, max_weight=5.0, gamma_efficiency=0.9)
+    w = HabcWeighting(theta=0.5, kappa=10.0, beta=0.1, max_weight=5.0, gamma_efficiency=0.9, lam=0.0)
     v_via = np.array([0.2, 0.6, 0.55, 0.9])
     v_eff = np.array([0.5, 0.5, 0.5, 0.8])
     outcome_next = np.array([np.nan, np.nan, np.nan, 1.0])  # the segment succeeded after its last step
@@ -123,6 +123,32 @@ def test_advantages_reward_steps_that_raise_the_chance_and_weights_keep_the_loss
     assert weights[0] > weights[3] > weights[1]
     with pytest.raises(FloatingPointError, match="critics diverged"):
         transition_weights(np.array([np.nan, 0.0]), np.array([True, True]), w)
+
+
+def test_lambda_advantages_carry_each_segments_outcome_back_and_stop_at_its_end() -> None:
+    values = np.array([0.5, 0.6, 0.7, 0.4, 0.3, 0.2, 0.9])
+    # a policy segment taken over (outcome 0 after step 2), the person's steps 3-4, a policy segment that succeeded
+    outcome_next = np.array([np.nan, np.nan, 0.0, np.nan, np.nan, np.nan, 1.0])
+    one_step = lambda_advantage(values, outcome_next, gamma=1.0, lam=0.0)
+    np.testing.assert_allclose(one_step[[0, 1, 2, 5, 6]], [0.1, 0.1, -0.7, 0.7, 0.1])
+    monte_carlo = lambda_advantage(values, outcome_next, gamma=1.0, lam=1.0)
+    np.testing.assert_allclose(monte_carlo[:3], 0.0 - values[:3])  # every step of the failed segment: 0 − V(s)
+    np.testing.assert_allclose(monte_carlo[5:], 1.0 - values[5:])
+    discounted = lambda_advantage(values, outcome_next, gamma=0.9, lam=0.5)
+    assert discounted[5] == pytest.approx((0.9 * 0.9 - 0.2) + 0.45 * (0.9 * 1.0 - 0.9))
+
+
+def test_cross_fitted_values_do_not_remember_the_steps_they_judge() -> None:
+    """Outcomes that no state predicts: a critic fit on them memorises each label, the cross-fitted values do not."""
+    rng = np.random.default_rng(0)
+    episode = np.repeat(np.arange(20), 10)
+    obs = rng.normal(size=(200, 4))
+    targets = np.repeat(rng.integers(0, 2, size=20), 10).astype(np.float64)
+    config = CriticConfig(hidden=64, steps=1500, seed=0)
+    memorised, _ = cross_fitted_values(obs, targets, episode, folds=1, config=config)
+    held_out, _ = cross_fitted_values(obs, targets, episode, folds=5, config=config)
+    assert np.abs(memorised - targets).mean() < 0.1  # the advantage target − V would be ~0 for every step
+    assert np.abs(held_out - targets).mean() > 0.3  # coin flips stay coin flips: advantages keep their sign
 
 
 def test_a_critic_learns_the_chance_of_success_from_labelled_steps() -> None:

@@ -148,6 +148,22 @@ def test_expert_inserts_on_most_seeds() -> None:
     assert phases == set(PHASES)  # the bias made it search on some seed
 
 
+def test_an_expert_taking_over_on_the_rim_searches_there_and_one_taking_over_above_approaches() -> None:
+    """The scripted person's hand: a peg stalled on the rim beside the hole is felt for in place, not lifted."""
+    hole = np.array([0.55, 0.02])
+    on_rim = np.array([0.5515, 0.0205, C.HOLE_TOP + 0.0002, *hole])
+    expert = PegInsertExpert(np.random.default_rng(0), PegInsertConfig(expert_noise_std=0.0))
+    step = expert.act(on_rim)
+    assert PHASES[step.phase] == "search" and step.target[2] == pytest.approx(C.HOLE_TOP - 0.002)
+    expert.reset()
+    high = np.array([0.5515, 0.0205, C.HOLE_TOP + 0.05, *hole])
+    assert PHASES[expert.act(high).phase] == "approach"
+    expert.reset()
+    far_on_rim = np.array([0.58, 0.05, C.HOLE_TOP + 0.0002, *hole])  # on the base's top, far from the hole
+    step = expert.act(far_on_rim)
+    assert PHASES[step.phase] == "approach" and step.target[2] > far_on_rim[2]
+
+
 def test_demos_round_trip(tmp_path) -> None:
     from sim.demos import record_demos
 
@@ -184,7 +200,9 @@ def test_scripted_person_takes_over_a_stalled_policy() -> None:
     from teleop.scripted import ScriptedIntervention, scripted_person
 
     intervention = ScriptedIntervention(scripted_person("panda-peg-insert"))
-    env = SimSingleEnv("panda-peg-insert", intervention=intervention)
+    # 45 s: the person waits 5 s of no progress before each takeover and hands back once the peg is on its way in,
+    # so a policy that only holds needs two to four takeovers to finish (seeds 0-2: 42, 38, 21 s)
+    env = SimSingleEnv("panda-peg-insert", episode_steps=450, intervention=intervention)
     successes = 0
     for seed in range(2):
         obs, _ = env.reset(seed=seed)
@@ -196,7 +214,7 @@ def test_scripted_person_takes_over_a_stalled_policy() -> None:
         first = next(i for i, info in enumerate(infos) if info["source"] == "teleop")
         assert infos[first]["reason"] == "stall" and infos[first]["is_intervention"]
         successes += int(infos[-1]["success"])
-    assert successes >= 1  # the policy alone never moves
+    assert successes == 2  # the policy alone never moves
     below_beside = np.array([0.45, 0.0, C.HOLE_TOP - 0.01, 0.5, 0.0])
     assert not in_safety_region(below_beside) and in_safety_region(np.array([0.5, 0.0, C.HOLE_TOP - 0.01, 0.5, 0.0]))
 

@@ -12,7 +12,10 @@ lands the peg on the rim. So, as people and robot programs do it:
 4. **insert**: follow the walls down (no lateral push: the target's x, y is the tip's own); when the peg jams
    (it stops going down above the success depth) **wiggle**: lift a millimetre and shift the lateral target
    by a random fraction of the clearance, then press again. An expert that takes over a peg already in the
-   hole (the scripted person) starts here.
+   hole (the scripted person) starts here; one that takes over a peg on the rim near the hole starts searching
+   there, as a person would, rather than lifting it back to the hover point (measured with an SFT policy and
+   the scripted person over 60 episodes: the person's share of steps 0.18 → 0.11, success 0.92 → 0.98, and
+   fine-tuning on the person's steps cost the policy 0.04 success instead of 0.11).
 
 A lateral integrator corrects the target for how far the arm's compliance lets the tip lag while it presses
 (pressing down also drags a stiff-jointed arm sideways). Every target gets the config's action noise, so
@@ -72,9 +75,12 @@ class PegInsertExpert:
     def act(self, obs: np.ndarray) -> ExpertStep:
         """The next tip target from an observation (tip x, y, z, tracked hole x, y)."""
         obs = np.asarray(obs, dtype=np.float64)
+        first = self._hole_n == 0
         tip, hole = obs[:3], self._estimate(obs[3:5])
         if self.phase != "insert" and tip[2] < C.HOLE_TOP - DROPPED:  # in the hole (also when taking over there)
             self.phase, self._stuck = "insert", 0
+        elif first and tip[2] < C.HOLE_TOP + 0.001 and np.linalg.norm(tip[:2] - hole) < self.search_radius:
+            self.phase, self._theta = "search", 0.0  # taking over a peg on the rim near the hole: feel for it there
         elif self.phase == "insert" and tip[2] > C.HOLE_TOP + 0.001:  # back out on the rim: search on
             self.phase = "search"
         if self.phase == "approach":
