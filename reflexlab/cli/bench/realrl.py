@@ -43,13 +43,14 @@ class RealRlBudget:
     """optimiser steps of the SFT diffusion policy."""
     rounds: int = 5
     """learner rounds of AWBC / HABC (RL-100: offline + online + distill rounds)."""
-    episodes_per_round: int = 10
+    episodes_per_round: int = 30
+    """rounds of 10 left the critics ~4 successful policy segments to learn from (panda-peg-insert)."""
     episode_time_s: float | None = None
     """episode time limit; the task's own when None."""
-    update_steps: int = 2000
+    update_steps: int = 1000
     """HABC / AWBC fine-tune steps per round."""
-    critic_steps: int = 2000
-    """critic fit steps per round (HABC's heads, RL-100's IQL critics)."""
+    critic_steps: int = 1000
+    """critic fit steps per round (each of HABC's cross-fitted heads, RL-100's IQL critics)."""
     offline_rounds: int = 3
     online_rounds: int = 1
     ppo_iterations: int = 200
