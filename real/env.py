@@ -49,7 +49,8 @@ class Intervention(Protocol):
 
     def decide(self, policy_action: np.ndarray, hold_action: np.ndarray, state: ArmState) -> Decision: ...
 
-    def reset(self) -> None: ...
+    def reset(self, seed: int | None = None) -> None:
+        """A new episode; ``seed`` is the episode's (None when the caller gave none), for a scripted stand-in."""
 
 
 class Detector(Protocol):
@@ -131,6 +132,7 @@ class RealEnv:
 
     # --- episodes -----------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        episode_seed = seed
         seed = 0 if seed is None else int(seed)
         self._hold()
         for what in self.config.reset:
@@ -145,7 +147,7 @@ class RealEnv:
         self._state = self.arm.wait_for_state()
         self._last_sent = self.task.hold_action(self._state)
         if self.intervention is not None:
-            self.intervention.reset()
+            self.intervention.reset(episode_seed)
         self.steps = 0
         self._episode_open = True
         self._t0 = time.monotonic()

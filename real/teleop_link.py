@@ -56,8 +56,8 @@ class ArmIntervention:
         s = self._device.decide(policy_action, hold_action, state)
         return Decision(s.action, s.is_intervention, s.source, s.reason)
 
-    def reset(self) -> None:
-        self._device.reset()
+    def reset(self, seed: int | None = None) -> None:
+        self._device.reset(seed)
         self._target = None
         self._last_teleop_step = -2
 

@@ -30,7 +30,7 @@ class Intervention(Protocol):
 
     def decide(self, policy_action: np.ndarray, hold_action: np.ndarray, state: np.ndarray) -> Decision: ...
 
-    def reset(self) -> None: ...
+    def reset(self, seed: int | None = None) -> None: ...
 
 
 class SimSingleEnv:
@@ -62,7 +62,7 @@ class SimSingleEnv:
         obs = self._env.reset([seed])[0]
         self._obs = obs
         if self.intervention is not None:
-            self.intervention.reset()
+            self.intervention.reset(seed)
         self.steps = 0
         self._held = np.asarray(self._env.hold_action()[0], dtype=np.float64)
         self._open = True

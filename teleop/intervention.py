@@ -33,5 +33,6 @@ class DeviceIntervention:
         reading = self.last_reading = self.device.read()
         return self.arbiter.step(policy_action, reading, hold_action, lambda r: self.teleop_action(r, state))
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
+        """A new episode (a person at a device needs no seed)."""
         self.arbiter.reset()

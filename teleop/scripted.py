@@ -131,10 +131,14 @@ class ScriptedIntervention:
         reason = self.person.last_reason if engaged and step.source == "teleop" else step.reason
         return ArbiterStep(step.action, step.is_intervention, step.source, reason)
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
+        """A new episode: the person's noise and the expert are seeded from the episode's seed, so an episode
+        replays the same after an actor restart (the count of episodes seen is the fallback without one)."""
         self._episodes += 1
         self.arbiter.reset()
-        self.person.reset(self._episodes)
+        # the episode's seed also draws the scene (hole, bias): a stream of its own keeps the two independent
+        person_seed = int(np.random.SeedSequence([seed, 0x7E1E]).generate_state(1)[0]) if seed is not None else None
+        self.person.reset(self._episodes if person_seed is None else person_seed)
 
 
 # panda-peg-insert's person (used when no config is given): a 5 mm shaky hand never finds a 0.5 mm gap, and

@@ -93,7 +93,7 @@ class Takeover:
     def __init__(self) -> None:
         self.k = 0
 
-    def reset(self) -> None:
+    def reset(self, seed: int | None = None) -> None:
         self.k = 0
 
     def decide(self, policy_action: np.ndarray, hold_action: np.ndarray, state: ArmState) -> Decision:

@@ -67,3 +67,19 @@ def _runs(flags: list[bool]) -> list[int]:
             lengths.append(current)
             current = 0
     return lengths
+
+
+def test_an_episode_replays_the_same_after_an_actor_restart() -> None:
+    """The person is seeded from the episode's seed, not from how many episodes this process has seen."""
+    config = ScriptedPersonConfig(stall_steps=10, max_steps=30, handback_gain=0.1, grace_steps=5)
+
+    def episode(seeds_before: list[int], seed: int) -> list[tuple[str, list[float]]]:
+        env = SimSingleEnv("panda-push-t", episode_steps=60, intervention=ScriptedIntervention(
+            scripted_person("panda-push-t", config)))  # fmt: skip
+        for earlier in seeds_before:
+            env.reset(seed=earlier)
+        return [(i["source"], np.round(i["action"], 9).tolist()) for i in run(env, seed)]
+
+    fresh, after_others = episode([], 7), episode([3, 4], 7)
+    assert any(source == "teleop" for source, _ in fresh)
+    assert fresh == after_others
