@@ -87,15 +87,12 @@ def cross_fitted_values(
     the critic expects of a state it has not seen the ending of, which is what an advantage needs. With fewer than
     two folds that hold labels, one critic fit on everything gives all values (nothing to hold out).
     """
-    episode = np.asarray(episode)
-    labelled = np.isfinite(targets)
-    fold_of = np.unique(episode, return_inverse=True)[1] % max(folds, 1)
-    holding = [k for k in range(max(folds, 1)) if labelled[fold_of == k].any()]
-    values = np.empty(len(obs))
-    if len(holding) < 2:
+    fold_of = np.unique(np.asarray(episode), return_inverse=True)[1] % folds
+    if len(np.unique(fold_of[np.isfinite(targets)])) < 2:
         critic = ValueCritic(obs.shape[1], config)
         error = critic.fit(obs, targets)
         return critic.values(obs), error
+    values = np.empty(len(obs))
     errors = []
     for k in range(folds):
         critic = ValueCritic(obs.shape[1], config)
