@@ -13,6 +13,7 @@ FRANKA_SIM_VENV := .venv-franka-sim
 # rebuilt only when these pins change. Its torchcodec decodes video with Debian's FFmpeg 5.1 libraries.
 LEROBOT_VENV := .venv-lerobot
 LEROBOT_PINS := lerobot==0.4.4 torch==2.10.0 torchvision==0.25.0 torchcodec==0.10.0
+LEROBOT_DISK_GB := 10  # the venv takes 8.3 GB: refuse early, by name, rather than fail mid-install with ENOSPC
 LEROBOT_STAMP := $(LEROBOT_VENV)/.installed-$(shell echo '$(LEROBOT_PINS)' | sha1sum | cut -c1-12)
 FFMPEG_LIBS := libavcodec59 libavformat59 libavutil57 libavdevice59 libavfilter8 libswscale6 libswresample4
 # apt-get install of the packages in $(1) that are missing (as root, or through sudo)
@@ -39,7 +40,11 @@ setup: $(STAMP)
 
 $(LEROBOT_STAMP):
 	@$(call apt_install,$(FFMPEG_LIBS))
-	rm -rf $(LEROBOT_VENV) && $(PY) -m venv $(LEROBOT_VENV)
+	rm -rf $(LEROBOT_VENV)
+	@free=$$(df -Pk . | awk 'NR==2 {print int($$4 / 1048576)}'); if [ "$$free" -lt $(LEROBOT_DISK_GB) ]; then \
+	  echo "LeRobot's venv needs ~$(LEROBOT_DISK_GB) GB of disk, $$free GB free here: free some (old clones, runs/)" >&2; \
+	  exit 1; fi
+	$(PY) -m venv $(LEROBOT_VENV)
 	$(LEROBOT_VENV)/bin/pip install -q --upgrade pip
 	$(LEROBOT_VENV)/bin/pip install -q $(LEROBOT_PINS)
 	touch $@
