@@ -123,15 +123,66 @@ class WeightedWindows:
         return (obs, action, self.weights[idx], *images)
 
 
+class WeightedChunks:
+    """(obs window, chunk, weight) triples that were not cut from an episode: critic-guided picks
+    (`policies.rl.selection`). Drawn as `WeightedWindows` is: (obs (B, To, n), action (B, H, A), weight (B,))."""
+
+    def __init__(self, obs: Any, action: Any, weights: Any) -> None:
+        self.obs, self.action = torch.as_tensor(obs, dtype=torch.float32), torch.as_tensor(action, dtype=torch.float32)
+        self.weights = torch.as_tensor(weights, dtype=torch.float32)
+        n = len(self.obs)
+        if self.obs.ndim != 3 or self.action.ndim != 3 or len(self.action) != n or self.weights.shape != (n,):
+            raise ValueError(
+                f"need obs (N, To, n), chunks (N, H, A) and weights (N,), got {tuple(self.obs.shape)}, "
+                f"{tuple(self.action.shape)}, {tuple(self.weights.shape)}"
+            )
+        finite = all(bool(torch.isfinite(x).all()) for x in (self.obs, self.action, self.weights))
+        if not finite or (self.weights < 0).any():
+            raise ValueError("chunk targets must be finite with weights >= 0")
+
+    def __len__(self) -> int:
+        return len(self.obs)
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.obs[idx], self.action[idx], self.weights[idx]
+
+
+class ConcatBatches:
+    """Several `Batches` drawn from as one: index i < len(first) is the first's, and so on."""
+
+    def __init__(self, *parts: Batches) -> None:
+        self.parts = [p for p in parts if len(p)]
+        self.ends = torch.cumsum(torch.tensor([len(p) for p in self.parts]), 0)
+
+    def __len__(self) -> int:
+        return int(self.ends[-1])
+
+    def gather(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        which = torch.bucketize(idx, self.ends, right=True)
+        drawn = [
+            part.gather(idx[which == i] - (self.ends[i - 1] if i else 0))
+            for i, part in enumerate(self.parts)
+            if (which == i).any()
+        ]
+        return tuple(torch.cat(column) for column in zip(*drawn, strict=True))
+
+
 def finetune_weighted(
-    checkpoint: Path, episodes: Episodes, weights: Any, cfg: TrainConfig, run_dir: Path, extra: dict[str, Any]
+    checkpoint: Path,
+    episodes: Episodes,
+    weights: Any,
+    cfg: TrainConfig,
+    run_dir: Path,
+    extra: dict[str, Any],
+    targets: WeightedChunks | None = None,
 ) -> Path:
     """Go on training a policy from data (diffusion, flow, MeanFlow) with a weight per step of ``episodes``.
 
     Advantage-weighted BC (HABC, `policies.rl.habc`): ``weights`` holds one weight per step, the episodes' steps in
-    order. Training starts from the checkpoint's raw weights with a fresh EMA (its warm-up follows the new weights
-    from the first step); the observation and action normalisers are kept, so the deployed action range does not
-    move under a robot. ``extra`` is stored with the checkpoint beside the original's Spec.
+    order; ``targets``, chunks chosen for given windows (`policies.rl.selection`), are drawn beside them. Training
+    starts from the checkpoint's raw weights with a fresh EMA (its warm-up follows the new weights from the first
+    step); the observation and action normalisers are kept, so the deployed action range does not move under a
+    robot. ``extra`` is stored with the checkpoint beside the original's Spec.
     """
     policy, stored = GenerativePolicy.load(checkpoint, use_ema=False)
     if policy.objective is None:
@@ -139,7 +190,11 @@ def finetune_weighted(
     spec = Spec.from_dict(stored["spec"])
     windows = _windows(episodes, spec)
     _check_images(windows, policy.cfg.options, spec)
-    batches = WeightedWindows(windows, torch.as_tensor(weights))
+    batches: Batches = WeightedWindows(windows, torch.as_tensor(weights))
+    if targets is not None:
+        if windows.images is not None:
+            raise ValueError("chunk targets carry no camera frames: a policy with cameras trains on episodes only")
+        batches = ConcatBatches(batches, targets)
     torch.manual_seed(cfg.seed)
     policy.train().requires_grad_(True).to(cfg.device)
     ema = EMA(policy, max_decay=cfg.ema_max_decay)

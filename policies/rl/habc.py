@@ -23,22 +23,27 @@ The paper (arXiv 2606.17043) publishes no formulas; these are ours (issue 22 ask
   transitions get ``human_weight``, the demonstrations ``demo_weight`` (see `HabcWeighting`).
 
 `habc_update` is one learner round: critics fit on the dataset so far, weights, a weighted fine-tune of the policy.
+With ``HabcConfig.selection`` the fine-tune also trains on the best of K of the policy's own chunks at every state of
+the episodes and demonstrations, as IQL's Q ranks them (`policies.rl.selection` says why).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from policies.generative.data import ChunkWindows
 from policies.generative.policy import GenerativePolicy
-from policies.generative.train import TrainConfig, finetune_weighted
+from policies.generative.train import TrainConfig, WeightedChunks, finetune_weighted
 from policies.rl.credit import episode_credit
 from policies.rl.critics import CriticConfig, cross_fitted_values
 from policies.rl.rounds import RoundOutcome
-from reflexlab.dataset import load_dataset
+from policies.rl.selection import SelectionConfig, fit_selection_critics, selected_targets
+from policies.rl.transitions import chunk_transitions, concat_transitions
+from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import Spec
 
 
@@ -52,6 +57,7 @@ class HabcWeighting:
     episodes and the person's steps at weight 0 / 0.3 / 1: 0.73 / 0.69 / 0.59 over 100 episodes; the
     demonstrations alone 0.78, SFT 0.74), so it counts for less than a demonstration by default.
     ``demo_weight``: the SFT demonstrations trained beside the episodes (`HabcConfig.demos`).
+    ``policy_weight``: the mean weight of the policy's own steps (the advantage weights are normalised to it).
     """
 
     theta: float = 0.5
@@ -62,11 +68,13 @@ class HabcWeighting:
     lam: float = 0.95
     human_weight: float = 0.3
     demo_weight: float = 1.0
+    policy_weight: float = 1.0
     folds: int = 5  # cross-fitting of the critics' values (1: fit and evaluate on the same episodes)
 
     def __post_init__(self) -> None:
         ok = self.beta > 0 and self.max_weight >= 1 and self.kappa >= 0 and 0 < self.gamma_efficiency <= 1
-        if not (ok and 0 <= self.lam <= 1 and self.human_weight >= 0 and self.demo_weight >= 0 and self.folds >= 1):
+        ok = ok and min(self.human_weight, self.demo_weight, self.policy_weight) >= 0
+        if not (ok and 0 <= self.lam <= 1 and self.folds >= 1):
             raise ValueError(f"HABC weighting out of range: {self}")
 
 
@@ -106,7 +114,8 @@ def merged_advantage(
 
 
 def transition_weights(advantage: np.ndarray, by_policy: np.ndarray, weighting: HabcWeighting) -> np.ndarray:
-    """BC loss weights: exp(A / β) clipped to w_max, mean 1 over the policy's steps; a person's: human_weight."""
+    """BC loss weights: exp(A / β) clipped to w_max, mean ``policy_weight`` over the policy's steps; a person's:
+    ``human_weight``."""
     advantage = np.asarray(advantage, dtype=np.float64)
     by_policy = np.asarray(by_policy, dtype=bool)
     if not np.isfinite(advantage[by_policy]).all():
@@ -114,7 +123,7 @@ def transition_weights(advantage: np.ndarray, by_policy: np.ndarray, weighting: 
     weights = np.full(len(advantage), weighting.human_weight)
     raw = np.minimum(np.exp(np.minimum(advantage[by_policy] / weighting.beta, 50.0)), weighting.max_weight)
     if len(raw):
-        weights[by_policy] = raw / raw.mean()
+        weights[by_policy] = weighting.policy_weight * raw / raw.mean()
     return weights
 
 
@@ -127,6 +136,7 @@ class HabcConfig:
     aware: bool = True  # False: the ablation, credit across intervention boundaries
     demos: Path | None = None  # demonstrations trained on beside the episodes, at ``demo_weight`` (see below)
     critics: Literal["two", "one"] = "two"  # "one": the single-critic AWBC baseline (viability only, no gate)
+    selection: SelectionConfig | None = None  # critic-guided picks as more BC targets (`policies.rl.selection`)
     train: TrainConfig = field(
         default_factory=lambda: TrainConfig(max_steps=2000, warmup_steps=100, checkpoint_every=10**9)
     )
@@ -145,6 +155,7 @@ class HabcUpdate:
     efficiency_mse: float | None
     weight_max: float
     weight_effective_fraction: float  # (Σw)² / (n Σw²) over the policy's steps: 1 = uniform, → 0 = a few dominate
+    selection: dict[str, Any] | None = None  # the selection critics' losses and how many windows got a pick
 
 
 def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConfig = HabcConfig()) -> HabcUpdate:
@@ -184,12 +195,17 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     weighted = by_policy if config.aware else np.ones_like(by_policy)  # the ablation weighs the person's steps too
     all_weights = transition_weights(np.concatenate(advantages), weighted, w)  # normalised over the whole dataset
     policy_weights = all_weights[weighted]
-    effective = float(policy_weights.sum() ** 2 / (len(policy_weights) * (policy_weights**2).sum()))
+    squares = float((policy_weights**2).sum())  # 0 when policy_weight is 0: no step counts
+    effective = float(policy_weights.sum() ** 2 / (len(policy_weights) * squares)) if squares > 0 else 0.0
     extra = {"habc": {"aware": config.aware, "dataset": str(dataset), "episodes": ds.num_episodes}}
     demo_episodes = _demonstrations(config.demos, checkpoint)
     extra["habc"] |= {"demos": None if config.demos is None else str(config.demos), "demo_episodes": len(demo_episodes)}
     train_weights = np.concatenate([all_weights, *(np.full(len(e["action"]), w.demo_weight) for e in demo_episodes)])
-    new = finetune_weighted(checkpoint, episodes + demo_episodes, train_weights, config.train, run_dir, extra)
+    targets, selection = None, None
+    if config.selection is not None:
+        targets, selection = _selection_targets(ds, config, checkpoint, episodes + demo_episodes)
+        extra["habc"] |= {"selection": selection}
+    new = finetune_weighted(checkpoint, episodes + demo_episodes, train_weights, config.train, run_dir, extra, targets)
     return HabcUpdate(
         checkpoint=new,
         episodes=ds.num_episodes,
@@ -200,6 +216,7 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
         efficiency_mse=efficiency_mse,
         weight_max=float(all_weights.max()),
         weight_effective_fraction=effective,
+        selection=selection,
     )
 
 
@@ -213,6 +230,30 @@ class HabcRound:
         update = habc_update(dataset, checkpoint, out, self.config)
         numbers = {k: v for k, v in update.__dict__.items() if k != "checkpoint"}
         return RoundOutcome(update.checkpoint, numbers, stage="habc" if self.config.critics == "two" else "awbc")
+
+
+def _selection_targets(
+    ds: Dataset, config: HabcConfig, checkpoint: Path, episodes: list[dict[str, np.ndarray]]
+) -> tuple[WeightedChunks, dict[str, Any]]:
+    """IQL critics on every chunk transition so far (demonstrations and episodes), then the best of K of the policy's
+    chunks at every window of ``episodes``, each a BC target at the selection's weight."""
+    assert config.selection is not None
+    selection = config.selection
+    policy, stored = GenerativePolicy.load(checkpoint)
+    if policy.image_keys:
+        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: selection critics read states only")
+    spec = Spec.from_dict(stored["spec"])
+    data = chunk_transitions(ds, spec, selection.iql.gamma)
+    if config.demos is not None:
+        data = concat_transitions(chunk_transitions(load_dataset(config.demos), spec, selection.iql.gamma), data)
+    critics, losses = fit_selection_critics(data, selection)
+    if not all(np.isfinite(v) for v in losses.values()):
+        raise FloatingPointError(f"the selection critics diverged on {len(data)} chunk transitions: {losses}")
+    windows = ChunkWindows(episodes, spec.observation_horizon, spec.action_chunk)
+    obs = windows.obs[windows.obs_index].numpy()
+    picks = selected_targets(policy, spec, critics, obs, selection)
+    numbers = {"critics": losses, "transitions": len(data), "windows": len(obs), "k": selection.k}
+    return WeightedChunks(obs, picks, np.full(len(obs), selection.weight)), numbers
 
 
 def _demonstrations(demos: Path | None, checkpoint: Path) -> list[dict[str, np.ndarray]]:

@@ -45,7 +45,7 @@ from policies.rl.chain_ppo import ChainConfig, PpoConfig, chain_ppo_update, make
 from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
 from policies.rl.rounds import RoundOutcome
-from policies.rl.transitions import ChunkTransitions, chunk_transitions
+from policies.rl.transitions import ChunkTransitions, chunk_transitions, concat_transitions
 from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import Spec
 
@@ -138,7 +138,7 @@ class Rl100Round:
         spec = _policy_spec(policy, extra, checkpoint)
         rollouts = load_dataset(dataset)  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
         episodes = chunk_transitions(rollouts, spec, cfg.gamma)
-        data = _concat(chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma), episodes)
+        data = concat_transitions(chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma), episodes)
         torch.manual_seed(cfg.seed + round_)
         critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))
         critic_losses = critics.fit(data)
@@ -237,20 +237,6 @@ def _policy_spec(policy: GenerativePolicy, extra: dict[str, Any], checkpoint: Pa
     if policy.image_keys:
         raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: RL-100's critics read the state only")
     return Spec.from_dict(extra["spec"])
-
-
-def _concat(*parts: ChunkTransitions) -> ChunkTransitions:
-    """One set of transitions from several datasets (their episode numbers are offset to stay distinct)."""
-    offset, columns = 0, []
-    for part in parts:
-        columns.append(dataclasses.replace(part, episode=part.episode + offset))
-        offset += int(part.episode.max()) + 1 if len(part) else 0
-    merged = {
-        f.name: np.concatenate([getattr(c, f.name) for c in columns])
-        for f in dataclasses.fields(ChunkTransitions)
-        if f.name != "gamma"
-    }
-    return ChunkTransitions(**merged, gamma=parts[0].gamma)
 
 
 def _latest_version_windows(ds: Dataset, transitions: ChunkTransitions) -> np.ndarray:

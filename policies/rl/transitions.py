@@ -30,6 +30,7 @@ whether the policy commanded every step of a chunk, for learners that want only 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, fields
 from typing import Literal
 
@@ -135,6 +136,20 @@ def chunk_transitions(
         raise ValueError(f"none of the dataset's {ds.num_episodes} episodes has a step with a recorded outcome")
     columns = {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
     return ChunkTransitions(**columns, gamma=float(gamma))
+
+
+def concat_transitions(*parts: ChunkTransitions) -> ChunkTransitions:
+    """One set of transitions from several datasets (their episode numbers are offset to stay distinct)."""
+    offset, columns = 0, []
+    for part in parts:
+        columns.append(dataclasses.replace(part, episode=part.episode + offset))
+        offset += int(part.episode.max()) + 1 if len(part) else 0
+    merged = {
+        f.name: np.concatenate([getattr(c, f.name) for c in columns])
+        for f in fields(ChunkTransitions)
+        if f.name != "gamma"
+    }
+    return ChunkTransitions(**merged, gamma=parts[0].gamma)
 
 
 def _episode_transitions(

@@ -187,6 +187,11 @@ class Habc(_RealWorldRl):
     """one: the single-critic advantage-weighted BC baseline (viability only, no gate)."""
     aware: bool = True
     """intervention-aware credit; --no-aware is the ablation (outcomes cross intervention boundaries)."""
+    select_k: int = 0
+    """> 0: each round also trains on the best of this many of the policy's chunks at every state of the episodes
+    and demonstrations, as IQL critics rank them (policies.rl.selection); 0: off."""
+    select_critic_steps: int = 3000
+    """optimiser steps of the selection's IQL critics per round."""
 
     method: ClassVar[str] = "habc"  # every round also trains on --demos (HabcWeighting.demo_weight)
 
@@ -194,10 +199,18 @@ class Habc(_RealWorldRl):
         from policies.generative.train import TrainConfig
         from policies.rl.critics import CriticConfig
         from policies.rl.habc import HabcConfig, HabcRound
+        from policies.rl.iql import IqlConfig
+        from policies.rl.selection import SelectionConfig
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
         critic = CriticConfig(steps=self.critic_steps)
-        config = HabcConfig(critic=critic, train=train, aware=self.aware, critics=self.critics, demos=self.demos)
+        selection = None
+        if self.select_k > 0:
+            iql = IqlConfig(steps=self.select_critic_steps)
+            selection = SelectionConfig(k=self.select_k, iql=iql, sampling_steps=self.sampling_steps, seed=self.seed)
+        config = HabcConfig(
+            critic=critic, train=train, aware=self.aware, critics=self.critics, demos=self.demos, selection=selection
+        )
         return HabcRound(config), self.rounds
 
 

@@ -6,6 +6,7 @@ checked on what a real-world RL round actually stores.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -121,8 +122,13 @@ def test_advantages_reward_steps_that_raise_the_chance_and_weights_keep_the_loss
     weights = transition_weights(adv, by_policy, w)
     assert weights[2] == w.human_weight and weights[by_policy].mean() == pytest.approx(1.0)
     assert weights[0] > weights[3] > weights[1]
+    scaled = transition_weights(adv, by_policy, dataclasses.replace(w, policy_weight=0.25))
+    np.testing.assert_allclose(scaled[by_policy], 0.25 * weights[by_policy])  # the policy's steps count for less
+    assert scaled[2] == w.human_weight
     with pytest.raises(FloatingPointError, match="critics diverged"):
         transition_weights(np.array([np.nan, 0.0]), np.array([True, True]), w)
+    with pytest.raises(ValueError, match="out of range"):
+        HabcWeighting(policy_weight=-1.0)
 
 
 def test_lambda_advantages_carry_each_segments_outcome_back_and_stop_at_its_end() -> None:

@@ -3,7 +3,8 @@
 Per training seed: one imitation policy (SFT, a diffusion policy on the task's demonstrations), then each method's
 rounds run by the very actor/learner code of `reflexlab rl` (the actor a child process stepping the task's MuJoCo
 scene as fast as it goes, robot time = steps × control period, the scripted person intervening through the
-arbiter; the learner here): single-critic AWBC, HABC, HABC without intervention-aware credit, and RL-100
+arbiter; the learner here): single-critic AWBC, HABC, HABC without intervention-aware credit, HABC with critic-guided
+picks as more BC targets (`policies.rl.selection`), and RL-100
 (offline rounds gated by OPE, online rounds, the consistency head). Every method starts from the same SFT
 checkpoint, collects the same number of episodes per round and its episode k runs the same seed.
 
@@ -29,7 +30,7 @@ import tyro
 from reflexlab.bench import machine, write_json
 from reflexlab.cli.bench.common import BenchOptions
 
-RlMethod = Literal["awbc", "habc", "habc-unaware", "rl100"]
+RlMethod = Literal["awbc", "habc", "habc-unaware", "habc-select", "rl100"]
 EVAL_SEED = 100_000
 
 
@@ -51,6 +52,10 @@ class RealRlBudget:
     """HABC / AWBC fine-tune steps per round."""
     critic_steps: int = 1000
     """critic fit steps per round (each of HABC's cross-fitted heads, RL-100's IQL critics)."""
+    select_k: int = 16
+    """habc-select: chunks the policy proposes per state, of which the critics' pick becomes a BC target."""
+    select_critic_steps: int = 3000
+    """habc-select: IQL critic fit steps per round."""
     offline_rounds: int = 3
     online_rounds: int = 1
     ppo_iterations: int = 200
@@ -75,9 +80,9 @@ class RealRlBudget:
         """The CI-sized budget: every method and stage runs, on a few steps and episodes."""
         return cls(
             demos=4, sft_steps=60, rounds=1, episodes_per_round=2, episode_time_s=3.0, update_steps=20,
-            critic_steps=50, offline_rounds=1, online_rounds=1, ppo_iterations=2, ope_every=1, dynamics_steps=50,
-            distill_steps=20, sampling_steps=2, eval_episodes=4, latency_s=0.2, horizon=4, execution_horizon=2,
-            down_dims=(16, 32),
+            critic_steps=50, select_k=2, select_critic_steps=50, offline_rounds=1, online_rounds=1, ppo_iterations=2,
+            ope_every=1, dynamics_steps=50, distill_steps=20, sampling_steps=2, eval_episodes=4, latency_s=0.2,
+            horizon=4, execution_horizon=2, down_dims=(16, 32),
         )  # fmt: skip
 
 
@@ -89,7 +94,7 @@ class RealRlBench(BenchOptions):
     """an arm demonstration task: panda-push-t (RL-100's bars) or panda-peg-insert (HABC's bars)."""
     work_dir: Path = Path("runs/realrl")
     """demos, SFT policies and each method's work folder; whatever is missing is made first."""
-    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "rl100")
+    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "habc-select", "rl100")
     """the methods run after SFT (SFT itself is always evaluated)."""
     train_seeds: tuple[int, ...] = (0, 1, 2)
     """training seeds; figures are mean ± std over them."""
@@ -185,6 +190,7 @@ def _command(
     return Habc(
         **common, rounds=budget.rounds, update_steps=budget.update_steps, critic_steps=budget.critic_steps,
         critics="one" if method == "awbc" else "two", aware=method != "habc-unaware",
+        select_k=budget.select_k if method == "habc-select" else 0, select_critic_steps=budget.select_critic_steps,
     )  # fmt: skip
 
 

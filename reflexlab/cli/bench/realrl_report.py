@@ -13,7 +13,7 @@ from reflexlab.bench import print_table
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-ORDER = ("sft", "awbc", "habc", "habc-unaware", "rl100-offline", "rl100-online", "rl100-head")
+ORDER = ("sft", "awbc", "habc", "habc-unaware", "habc-select", "rl100-offline", "rl100-online", "rl100-head")
 TWO_HOURS = 2.0
 
 
@@ -107,6 +107,9 @@ def bars(task: str, policies: dict[str, Any], rounds: dict[str, Any]) -> dict[st
         if habc is not None and sft is not None:
             out["habc_minus_sft_ge_0.30"] = {"value": habc - sft, "pass": habc - sft >= 0.30}
             out["sft_between_0.2_and_0.6"] = {"value": sft, "pass": 0.2 <= sft <= 0.6}
+        picked = success("habc-select")  # HABC with critic-guided picks as more targets: judged on the same bar
+        if picked is not None and sft is not None:
+            out["habc_select_minus_sft_ge_0.30"] = {"value": picked - sft, "pass": picked - sft >= 0.30}
         if habc is not None and success("awbc") is not None:
             out["habc_above_awbc"] = {"value": habc - success("awbc"), "pass": habc > success("awbc")}
         if habc is not None and success("habc-unaware") is not None:
