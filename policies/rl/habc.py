@@ -35,15 +35,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from policies.generative.data import ChunkWindows
 from policies.generative.policy import GenerativePolicy
-from policies.generative.train import TrainConfig, WeightedChunks, finetune_weighted
+from policies.generative.train import TrainConfig, finetune_weighted
 from policies.rl.credit import episode_credit
 from policies.rl.critics import CriticConfig, cross_fitted_values
 from policies.rl.rounds import RoundOutcome
-from policies.rl.selection import SelectionConfig, fit_selection_critics, selected_targets
-from policies.rl.transitions import chunk_transitions, concat_transitions
-from reflexlab.dataset import Dataset, load_dataset
+from policies.rl.selection import SelectionConfig, critic_picks
+from reflexlab.dataset import load_dataset
 from reflexlab.spec import Spec
 
 
@@ -167,7 +165,7 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     rejected, nothing deployed).
     """
     ds = load_dataset(dataset)
-    _check_same_task(ds.spec, checkpoint, dataset)
+    check_same_task(ds.spec, checkpoint, dataset)
     w = config.weighting
     episodes, credits = [], []
     for i in range(ds.num_episodes):
@@ -198,12 +196,12 @@ def habc_update(dataset: Path, checkpoint: Path, run_dir: Path, config: HabcConf
     squares = float((policy_weights**2).sum())  # 0 when policy_weight is 0: no step counts
     effective = float(policy_weights.sum() ** 2 / (len(policy_weights) * squares)) if squares > 0 else 0.0
     extra = {"habc": {"aware": config.aware, "dataset": str(dataset), "episodes": ds.num_episodes}}
-    demo_episodes = _demonstrations(config.demos, checkpoint)
+    demo_episodes = demonstration_episodes(config.demos, checkpoint)
     extra["habc"] |= {"demos": None if config.demos is None else str(config.demos), "demo_episodes": len(demo_episodes)}
     train_weights = np.concatenate([all_weights, *(np.full(len(e["action"]), w.demo_weight) for e in demo_episodes)])
     targets, selection = None, None
     if config.selection is not None:
-        targets, selection = _selection_targets(ds, config, checkpoint, episodes + demo_episodes)
+        targets, selection = critic_picks(ds, config.demos, checkpoint, episodes + demo_episodes, config.selection)
         extra["habc"] |= {"selection": selection}
     new = finetune_weighted(checkpoint, episodes + demo_episodes, train_weights, config.train, run_dir, extra, targets)
     return HabcUpdate(
@@ -232,31 +230,7 @@ class HabcRound:
         return RoundOutcome(update.checkpoint, numbers, stage="habc" if self.config.critics == "two" else "awbc")
 
 
-def _selection_targets(
-    ds: Dataset, config: HabcConfig, checkpoint: Path, episodes: list[dict[str, np.ndarray]]
-) -> tuple[WeightedChunks, dict[str, Any]]:
-    """IQL critics on every chunk transition so far (demonstrations and episodes), then the best of K of the policy's
-    chunks at every window of ``episodes``, each a BC target at the selection's weight."""
-    assert config.selection is not None
-    selection = config.selection
-    policy, stored = GenerativePolicy.load(checkpoint)
-    if policy.image_keys:
-        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: selection critics read states only")
-    spec = Spec.from_dict(stored["spec"])
-    data = chunk_transitions(ds, spec, selection.iql.gamma)
-    if config.demos is not None:
-        data = concat_transitions(chunk_transitions(load_dataset(config.demos), spec, selection.iql.gamma), data)
-    critics, losses = fit_selection_critics(data, selection)
-    if not all(np.isfinite(v) for v in losses.values()):
-        raise FloatingPointError(f"the selection critics diverged on {len(data)} chunk transitions: {losses}")
-    windows = ChunkWindows(episodes, spec.observation_horizon, spec.action_chunk)
-    obs = windows.obs[windows.obs_index].numpy()
-    picks = selected_targets(policy, spec, critics, obs, selection)
-    numbers = {"critics": losses, "transitions": len(data), "windows": len(obs), "k": selection.k}
-    return WeightedChunks(obs, picks, np.full(len(obs), selection.weight)), numbers
-
-
-def _demonstrations(demos: Path | None, checkpoint: Path) -> list[dict[str, np.ndarray]]:
+def demonstration_episodes(demos: Path | None, checkpoint: Path) -> list[dict[str, np.ndarray]]:
     """The SFT demonstrations as more BC data (at ``demo_weight``), so that the fine-tune does
     not forget what the first rounds' few episodes never visit: on panda-peg-insert, fine-tuning on the episodes alone
     (lr 1e-3) made the scripted person take over more often each round (0.7 → 1.2 interventions per episode over 3
@@ -264,11 +238,11 @@ def _demonstrations(demos: Path | None, checkpoint: Path) -> list[dict[str, np.n
     if demos is None:
         return []
     ds = load_dataset(demos)
-    _check_same_task(ds.spec, checkpoint, demos)
+    check_same_task(ds.spec, checkpoint, demos)
     return [{"obs": e["observation.state"], "action": e["action"]} for e in ds.episodes()]
 
 
-def _check_same_task(recorded: Spec | None, checkpoint: Path, dataset: Path) -> None:
+def check_same_task(recorded: Spec | None, checkpoint: Path, dataset: Path) -> None:
     """Episodes of another robot or task would train the policy on observations it does not read: refuse."""
     if recorded is None:
         raise ValueError(f"{dataset} records no reflexlab Spec: cannot tell which task its episodes are")

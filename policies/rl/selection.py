@@ -18,14 +18,19 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
+from policies.generative.data import ChunkWindows
 from policies.generative.policy import GenerativePolicy
 from policies.generative.sampler import TorchSampler
+from policies.generative.train import WeightedChunks
 from policies.rl.iql import IqlConfig, IqlCritics
-from policies.rl.transitions import ChunkTransitions
+from policies.rl.transitions import ChunkTransitions, chunk_transitions, concat_transitions
+from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import Spec
 
 
@@ -97,3 +102,26 @@ def selected_targets(
         for i in range(0, len(windows), config.batch_size)
     ]
     return np.concatenate(picks).astype(np.float32)
+
+
+def critic_picks(
+    ds: Dataset, demos: Path | None, checkpoint: Path, episodes: list[dict[str, np.ndarray]], selection: SelectionConfig
+) -> tuple[WeightedChunks, dict[str, Any]]:
+    """IQL critics on every chunk transition so far (``demos`` and ``ds``'s episodes), then the best of K of the
+    policy's chunks at every window of ``episodes`` ({"obs", "action"} each), each a BC target at the selection's
+    weight; with the numbers for the round log."""
+    policy, stored = GenerativePolicy.load(checkpoint)
+    if policy.image_keys:
+        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: selection critics read states only")
+    spec = Spec.from_dict(stored["spec"])
+    data = chunk_transitions(ds, spec, selection.iql.gamma)
+    if demos is not None:
+        data = concat_transitions(chunk_transitions(load_dataset(demos), spec, selection.iql.gamma), data)
+    critics, losses = fit_selection_critics(data, selection)
+    if not all(np.isfinite(v) for v in losses.values()):
+        raise FloatingPointError(f"the selection critics diverged on {len(data)} chunk transitions: {losses}")
+    windows = ChunkWindows(episodes, spec.observation_horizon, spec.action_chunk)
+    obs = windows.obs[windows.obs_index].numpy()
+    picks = selected_targets(policy, spec, critics, obs, selection)
+    numbers = {"critics": losses, "transitions": len(data), "windows": len(obs), "k": selection.k}
+    return WeightedChunks(obs, picks, np.full(len(obs), selection.weight)), numbers

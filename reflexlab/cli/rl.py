@@ -1,4 +1,4 @@
-"""`reflexlab rl habc`: real-world RL, the actor (robot, policy, recorder) and the learner as two processes.
+"""`reflexlab rl habc|select|rl100`: real-world RL, the actor (robot, policy, recorder) and the learner apart.
 
 They meet only in the work folder: ``rollouts/`` (the dataset the actor records), ``policies/`` (the versions the
 learner deploys, `deploy.policy_store`) and ``learner/`` (checkpoints, ``rounds.jsonl``, ``rounds.png``, TensorBoard).
@@ -215,6 +215,37 @@ class Habc(_RealWorldRl):
 
 
 @dataclass(frozen=True)
+class Select(_RealWorldRl):
+    """Critic-guided self-distillation: each round IQL critics, fit on the demonstrations and every episode so far,
+    pick the best of ``k`` of the policy's chunks at every state, and the policy is fine-tuned on those picks beside
+    the demonstrations (`policies.rl.selection`, `policies.rl.self_distill`)."""
+
+    work_dir: Path = Path("runs/rl/select")
+    """rollouts/, policies/ and learner/ live here (shared by actor and learner)."""
+    rounds: int = 5
+    k: int = 16
+    """chunks the policy proposes per state."""
+    update_steps: int = 1000
+    """fine-tune steps per round."""
+    update_lr: float = 1e-4
+    critic_steps: int = 3000
+    """optimiser steps of the IQL critics per round."""
+
+    method: ClassVar[str] = "select"
+
+    def _update(self) -> tuple[RoundUpdate, int]:
+        from policies.generative.train import TrainConfig
+        from policies.rl.iql import IqlConfig
+        from policies.rl.selection import SelectionConfig
+        from policies.rl.self_distill import SelectConfig, SelectRound
+
+        train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
+        iql = IqlConfig(steps=self.critic_steps)
+        selection = SelectionConfig(k=self.k, iql=iql, sampling_steps=self.sampling_steps, seed=self.seed)
+        return SelectRound(SelectConfig(self.demos, selection, train=train)), self.rounds
+
+
+@dataclass(frozen=True)
 class Rl100(_RealWorldRl):
     """RL-100: imitation, offline RL rounds gated by offline policy evaluation, online RL rounds, a one-step head.
 
@@ -296,13 +327,14 @@ def _steps(task: str, seconds: float) -> int:
 
 Method = Annotated[
     Annotated[Habc, tyro.conf.subcommand("habc", prefix_name=False)]
+    | Annotated[Select, tyro.conf.subcommand("select", prefix_name=False)]
     | Annotated[Rl100, tyro.conf.subcommand("rl100", prefix_name=False)],
     tyro.conf.OmitArgPrefixes,
 ]
 
 
 def rl(method: Method) -> None:
-    """Real-world RL from the robot's own episodes, actor and learner apart: habc or rl100.
+    """Real-world RL from the robot's own episodes, actor and learner apart: habc, select or rl100.
 
     Args:
         method: the learning method and its settings.

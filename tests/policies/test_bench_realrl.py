@@ -32,12 +32,12 @@ def bench(tmp_path: Path, *args: str) -> dict:
 def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
     metrics = bench(tmp_path, "--task", "panda-push-t")
     policies, rounds = metrics["policies"], metrics["rounds"]
-    assert {"sft", "awbc", "habc", "habc-unaware", "habc-select", "rl100-online", "rl100-head"} <= set(policies)
+    assert {"sft", "awbc", "habc", "habc-unaware", "select", "rl100-online", "rl100-head"} <= set(policies)
     for name, p in policies.items():
         (run,) = p["per_seed"]
         assert 0.0 <= run["success"] <= 1.0 and run["sampling_steps"] == (1 if name == "rl100-head" else 2)
     assert policies["rl100-head"]["latency_p99_us"] > 0
-    for method in ("awbc", "habc", "habc-unaware", "habc-select"):
+    for method in ("awbc", "habc", "habc-unaware", "select"):
         (run,) = rounds[method]["per_seed"]
         assert run["episodes_per_round"] == [2, 2] and run["verdicts"] == ["deployed", "final"]  # paced: no more
         assert 0 < run["robot_time_h"] <= 4 * 3.0 / 3600  # 4 episodes of at most 3 s
@@ -52,11 +52,12 @@ def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(600)
 def test_peg_insert_decides_the_habc_bars(tmp_path: Path) -> None:
-    metrics = bench(tmp_path, "--task", "panda-peg-insert", "--methods", "habc", "habc-unaware", "awbc", "habc-select")
-    assert set(metrics["policies"]) == {"sft", "awbc", "habc", "habc-unaware", "habc-select"}
+    methods = ("habc", "habc-unaware", "awbc", "habc-select", "select")
+    metrics = bench(tmp_path, "--task", "panda-peg-insert", "--methods", *methods)
+    assert set(metrics["policies"]) == {"sft", *methods}
     bars = metrics["bars"]
     assert {"habc_minus_sft_ge_0.30", "habc_above_awbc", "unaware_ablation_worse", "habc_robot_time_le_2h"} <= set(bars)
-    assert "habc_select_minus_sft_ge_0.30" in bars
+    assert {"habc_select_minus_sft_ge_0.30", "select_minus_sft_ge_0.30"} <= set(bars)
     assert "habc_interventions_falling" in bars and bars["habc_robot_time_le_2h"]["pass"] is True
 
 

@@ -31,6 +31,7 @@ from policies.rl.critics import CriticConfig
 from policies.rl.habc import HabcConfig, HabcWeighting, habc_update
 from policies.rl.iql import IqlConfig
 from policies.rl.selection import CriticGuidedSampler, SelectionConfig, executed_part, fit_selection_critics
+from policies.rl.self_distill import SelectConfig, SelectRound
 from policies.rl.transitions import chunk_transitions
 from reflexlab.dataset import DatasetWriter, load_dataset
 from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
@@ -184,3 +185,18 @@ def test_chunk_targets_are_drawn_beside_the_windows() -> None:
     for bad in (np.full(3, -1.0), np.full(3, np.nan), np.ones(2)):
         with pytest.raises(ValueError, match="weights"):
             WeightedChunks(np.ones((3, 1, 2)), np.ones((3, 4, 2)), bad)
+
+
+def test_a_select_round_distils_the_picks_beside_the_demonstrations(reach: tuple[Path, Path], tmp_path: Path) -> None:
+    """`reflexlab rl select`'s round: the torn policy, fine-tuned on its demonstrations (here the reach's episodes,
+    half stepping back) and the critics' picks, steps forward far more often; the round log names the picks."""
+    dataset, base = reach
+    selection = SelectionConfig(k=8, iql=IqlConfig(hidden=64, steps=1500))
+    config = SelectConfig(dataset, selection, train=dataclasses.replace(TRAIN, max_steps=250, lr=1e-3))
+    outcome = SelectRound(config)(dataset, base, tmp_path / "round1", 1)
+    assert outcome.checkpoint is not None and outcome.stage == "select"
+    before, after = forward_fraction(base), forward_fraction(outcome.checkpoint)
+    assert after > before + 0.15, (before, after)
+    assert outcome.numbers["k"] == 8 and outcome.numbers["episodes"] == 24
+    _, extra = GenerativePolicy.load(outcome.checkpoint)
+    assert extra["select"]["windows"] == outcome.numbers["windows"] and extra["finetuned_from"] == str(base)

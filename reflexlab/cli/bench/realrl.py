@@ -3,8 +3,9 @@
 Per training seed: one imitation policy (SFT, a diffusion policy on the task's demonstrations), then each method's
 rounds run by the very actor/learner code of `reflexlab rl` (the actor a child process stepping the task's MuJoCo
 scene as fast as it goes, robot time = steps × control period, the scripted person intervening through the
-arbiter; the learner here): single-critic AWBC, HABC, HABC without intervention-aware credit, HABC with critic-guided
-picks as more BC targets (`policies.rl.selection`), and RL-100
+arbiter; the learner here): single-critic AWBC, HABC, HABC without intervention-aware credit, critic-guided
+self-distillation (``select``: IQL's picks among the policy's own chunks as BC targets beside the demonstrations,
+`policies.rl.selection`; ``habc-select``: the picks added to HABC's weighted episodes), and RL-100
 (offline rounds gated by OPE, online rounds, the consistency head). Every method starts from the same SFT
 checkpoint, collects the same number of episodes per round and its episode k runs the same seed.
 
@@ -30,7 +31,7 @@ import tyro
 from reflexlab.bench import machine, write_json
 from reflexlab.cli.bench.common import BenchOptions
 
-RlMethod = Literal["awbc", "habc", "habc-unaware", "habc-select", "rl100"]
+RlMethod = Literal["awbc", "habc", "habc-unaware", "habc-select", "select", "rl100"]
 EVAL_SEED = 100_000
 
 
@@ -53,9 +54,9 @@ class RealRlBudget:
     critic_steps: int = 1000
     """critic fit steps per round (each of HABC's cross-fitted heads, RL-100's IQL critics)."""
     select_k: int = 16
-    """habc-select: chunks the policy proposes per state, of which the critics' pick becomes a BC target."""
+    """select, habc-select: chunks the policy proposes per state, of which the critics' pick becomes a BC target."""
     select_critic_steps: int = 3000
-    """habc-select: IQL critic fit steps per round."""
+    """select, habc-select: IQL critic fit steps per round."""
     offline_rounds: int = 3
     online_rounds: int = 1
     ppo_iterations: int = 200
@@ -94,7 +95,7 @@ class RealRlBench(BenchOptions):
     """an arm demonstration task: panda-push-t (RL-100's bars) or panda-peg-insert (HABC's bars)."""
     work_dir: Path = Path("runs/realrl")
     """demos, SFT policies and each method's work folder; whatever is missing is made first."""
-    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "habc-select", "rl100")
+    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "select", "rl100")
     """the methods run after SFT (SFT itself is always evaluated)."""
     train_seeds: tuple[int, ...] = (0, 1, 2)
     """training seeds; figures are mean ± std over them."""
@@ -169,7 +170,7 @@ def _command(
     method: RlMethod, task: str, demos: Path, work_dir: Path, sft: Path, seed: int, budget: RealRlBudget
 ) -> Any:
     """The `reflexlab rl` command this method runs, robot = the task's scene as fast as it goes."""
-    from reflexlab.cli.rl import Habc, Rl100
+    from reflexlab.cli.rl import Habc, Rl100, Select
     from sim.registry import get_task
 
     entry = get_task(task)
@@ -179,6 +180,11 @@ def _command(
         episodes_per_round=budget.episodes_per_round, episode_time_s=episode_s,
         sampling_steps=budget.sampling_steps, seed=1000 * seed,
     )  # fmt: skip
+    if method == "select":
+        return Select(
+            **common, rounds=budget.rounds, k=budget.select_k, update_steps=budget.update_steps,
+            critic_steps=budget.select_critic_steps,
+        )  # fmt: skip
     if method == "rl100":
         return Rl100(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
