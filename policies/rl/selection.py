@@ -2,16 +2,18 @@
 
 Why: on panda-peg-insert the robot's own episodes were worse behaviour-cloning data than the demonstrations (the SFT
 policy fine-tuned on the demonstrations alone 0.68; with its own successful segments added 0.595–0.625; with the
-scripted person's steps 0.57–0.64), so weighting those episodes (HABC, AWBC) could not lift it above imitation. A
-critic can still rank the policy's *own* proposals: sampling K = 8 chunks per decision and executing the one with
-the highest min-Q of IQL's twins on its executed part (IDQL, Hansen-Estruch et al. 2023) took the 25-demonstration
-SFT policy from 0.63 to 0.755 ± 0.018 success (200 episodes, 3 critic seeds), and its time to success from 8.0 to
-7.1 s. A critic fit on the demonstrations alone made it worse (0.355): it has to have seen the policy fail.
+scripted person's steps at full weight 0.56–0.62), so weighting those episodes (HABC, AWBC) could not lift it above
+imitation. A critic can still rank the policy's *own* proposals: sampling K = 8 chunks per decision and executing
+the one with the highest min-Q of IQL's twins on its executed part (IDQL, Hansen-Estruch et al. 2023) took the
+25-demonstration SFT policy from 0.63 to 0.755 ± 0.018 success (200 episodes, 3 critic seeds), and its time to
+success from 8.0 to 7.1 s. A critic fit on the demonstrations alone made it worse (0.355): it has to have seen the
+policy fail.
 
 The robot serves one ONNX generator with no critic beside it, so the picks are distilled back: at every state of the
 episodes and demonstrations, the best of K chunks becomes a BC target (`selected_targets`) trained beside the
-demonstrations (`policies.rl.habc`, ``HabcConfig.selection``). IQL's Q(s, a) rather than HABC's state values,
-because ranking chunks at one state needs a value per action.
+demonstrations (`policies.rl.self_distill`, ``reflexlab rl select``; ``HabcConfig.selection`` adds them to HABC's
+weighted episodes instead). IQL's Q(s, a) rather than HABC's state values, because ranking chunks at one state needs
+a value per action.
 """
 
 from __future__ import annotations
