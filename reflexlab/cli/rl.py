@@ -27,6 +27,7 @@ from reflexlab.env import SingleEnv
 
 if TYPE_CHECKING:
     from policies.rl.rounds import RoundUpdate
+    from policies.rl.selection import SelectionConfig
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,14 @@ class _RealWorldRl:
         """The method's round update and how many rounds it runs."""
         raise NotImplementedError(f"{type(self).__name__} names no round update")
 
+    def _selection(self, k: int, critic_steps: int) -> SelectionConfig:
+        """Critic-guided picks of ``k`` proposals drawn with the deployed sampler's steps (select, habc --select-k)."""
+        from policies.rl.iql import IqlConfig
+        from policies.rl.selection import SelectionConfig
+
+        iql = IqlConfig(steps=critic_steps)
+        return SelectionConfig(k=k, iql=iql, sampling_steps=self.sampling_steps, seed=self.seed)
+
 
 @dataclass(frozen=True)
 class Habc(_RealWorldRl):
@@ -199,15 +208,10 @@ class Habc(_RealWorldRl):
         from policies.generative.train import TrainConfig
         from policies.rl.critics import CriticConfig
         from policies.rl.habc import HabcConfig, HabcRound
-        from policies.rl.iql import IqlConfig
-        from policies.rl.selection import SelectionConfig
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
         critic = CriticConfig(steps=self.critic_steps)
-        selection = None
-        if self.select_k > 0:
-            iql = IqlConfig(steps=self.select_critic_steps)
-            selection = SelectionConfig(k=self.select_k, iql=iql, sampling_steps=self.sampling_steps, seed=self.seed)
+        selection = self._selection(self.select_k, self.select_critic_steps) if self.select_k > 0 else None
         config = HabcConfig(
             critic=critic, train=train, aware=self.aware, critics=self.critics, demos=self.demos, selection=selection
         )
@@ -235,13 +239,10 @@ class Select(_RealWorldRl):
 
     def _update(self) -> tuple[RoundUpdate, int]:
         from policies.generative.train import TrainConfig
-        from policies.rl.iql import IqlConfig
-        from policies.rl.selection import SelectionConfig
         from policies.rl.self_distill import SelectConfig, SelectRound
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
-        iql = IqlConfig(steps=self.critic_steps)
-        selection = SelectionConfig(k=self.k, iql=iql, sampling_steps=self.sampling_steps, seed=self.seed)
+        selection = self._selection(self.k, self.critic_steps)
         return SelectRound(SelectConfig(self.demos, selection, train=train)), self.rounds
 
 

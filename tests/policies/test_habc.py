@@ -150,7 +150,7 @@ def test_critic_guided_picks_rank_the_policys_own_proposals(reach: tuple[Path, P
     picked = CriticGuidedSampler(sampler, critics, 8, executed)(obs, noise)
     assert np.array_equal(CriticGuidedSampler(sampler, critics, 1, executed)(obs, noise), plain)
     q_picked, q_plain = critics.q(obs[:, -1], picked[:, executed]), critics.q(obs[:, -1], plain[:, executed])
-    assert (q_picked >= q_plain - 1e-9).all()
+    assert (q_picked >= q_plain - 1e-6).all()  # the plain chunk is among the k (float noise of batch size)
     forward_plain, forward_picked = (plain[:, 0, 0] > 0).mean(), (picked[:, 0, 0] > 0).mean()
     assert forward_picked > 0.75 and forward_picked > forward_plain + 0.3, (forward_plain, forward_picked)
 
