@@ -5,9 +5,9 @@ policy fine-tuned on the demonstrations alone 0.68; with its own successful segm
 scripted person's steps at full weight 0.56–0.62), so weighting those episodes (HABC, AWBC) could not lift it above
 imitation. A critic can still rank the policy's *own* proposals: sampling K = 8 chunks per decision and executing
 the one with the highest min-Q of IQL's twins on its executed part (IDQL, Hansen-Estruch et al. 2023) took the
-25-demonstration SFT policy from 0.63 to 0.755 ± 0.018 success (200 episodes, 3 critic seeds), and its time to
-success from 8.0 to 7.1 s. A critic fit on the demonstrations alone made it worse (0.355): it has to have seen the
-policy fail.
+25-demonstration SFT policy from 0.63 to 0.775 ± 0.013 success (200 episodes, 3 critic seeds), and its time to
+success from 8.0 to 6.8 s. A critic fit on the demonstrations alone made it worse (0.355, scoring the chunk one step
+early): it has to have seen the policy fail.
 
 The robot serves one ONNX generator with no critic beside it, so the picks are distilled back: at every state of the
 episodes and demonstrations, the best of K chunks becomes a BC target (`selected_targets`) trained beside the
