@@ -39,9 +39,9 @@ import numpy as np
 import torch
 
 from policies.generative.policy import GenerativePolicy
-from policies.generative.train import TrainConfig, distill_student
-from policies.imitation import load_episodes
+from policies.generative.train import TrainConfig
 from policies.rl.chain_ppo import ChainConfig, PpoConfig, chain_ppo_update, make_optimizer
+from policies.rl.head import distill_head, head_train
 from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
 from policies.rl.rounds import RoundOutcome
@@ -64,9 +64,8 @@ class Rl100Config:
         ope_every: iterations between OPE checks (RL-100: ~50); ``ope_rollouts`` start windows, ``ope_horizon``
             chunk steps each; ``min_improvement``: the relative AM-Q gain that advances the reference (paper: 5 %).
         sampling_steps: the deployed DDIM sampler's steps (what OPE scores; the chain PPO's K is ``chain``'s).
-        distill_train: the consistency head's training. Its targets are the improved policy's 10-step DDIM samples,
-            the sampler OPE scored and the rounds deployed (100-step targets made better students of the imitation
-            teacher, README, but cost 10× as much to draw for every window of the demonstrations and episodes).
+        distill_train: the consistency head's training (`policies.rl.head.head_train`: its targets are the improved
+            policy's 10-step DDIM samples, the sampler OPE scored and the rounds deployed).
         chain: the stochastic chain PPO optimises. Its σ floor is 0.1 (DPPO's), not the 0.0067 METHODS.md reads from
             RL-100: at σ 0.0067 the last denoising step's ratio swings over orders of magnitude with any update (on
             the 1-D reach: approximate KL 5–15 per iteration, 64–74 % of that step's ratios clipped) and its
@@ -93,16 +92,7 @@ class Rl100Config:
     ope_horizon: int = 10
     min_improvement: float = 0.05
     sampling_steps: int = 10
-    distill_train: TrainConfig = field(
-        default_factory=lambda: TrainConfig(
-            method="consistency",
-            max_steps=3000,
-            lr=1e-3,
-            teacher_steps=10,
-            teacher_samples_per_window=2,
-            checkpoint_every=10**9,
-        )
-    )
+    distill_train: TrainConfig = field(default_factory=head_train)
     seed: int = 0
 
     @property
@@ -217,13 +207,7 @@ class Rl100Round:
 
     def _distill(self, dataset: Path, checkpoint: Path, out: Path) -> RoundOutcome:
         """The consistency head of the improved policy, on the demonstrations' and the episodes' observations."""
-        policy, extra = GenerativePolicy.load(checkpoint)
-        spec = _policy_spec(policy, extra, checkpoint)
-        episodes = load_episodes(self.config.demos)[0] + load_episodes(dataset)[0]
-        cfg = dataclasses.replace(self.config.distill_train, seed=self.config.seed, progress=False)
-        student = distill_student(checkpoint, episodes, cfg, out / "student", spec.to_json())
-        numbers = {"teacher": str(checkpoint), "steps": cfg.max_steps, "windows_from_episodes": len(episodes)}
-        return RoundOutcome(student, numbers, "distill", sampling_steps=1)
+        return distill_head(dataset, checkpoint, out, self.config.demos, self.config.distill_train, self.config.seed)
 
 
 def _say(line: str) -> None:

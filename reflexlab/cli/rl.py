@@ -234,16 +234,25 @@ class Select(_RealWorldRl):
     update_lr: float = 1e-4
     critic_steps: int = 3000
     """optimiser steps of the IQL critics per round."""
+    head: bool = True
+    """after the rounds, one more distils the last policy into the one-step consistency head the robot serves
+    (policies.rl.head); --no-head: the multi-step policy stays deployed."""
+    head_steps: int = 3000
+    """optimiser steps of the head."""
 
     method: ClassVar[str] = "select"
 
     def _update(self) -> tuple[RoundUpdate, int]:
         from policies.generative.train import TrainConfig
+        from policies.rl.head import ThenHead, head_train
         from policies.rl.self_distill import SelectConfig, SelectRound
 
         train = TrainConfig(max_steps=self.update_steps, lr=self.update_lr, warmup_steps=100, checkpoint_every=10**9)
         selection = self._selection(self.k, self.critic_steps)
-        return SelectRound(SelectConfig(self.demos, selection, train=train)), self.rounds
+        update = SelectRound(SelectConfig(self.demos, selection, train=train))
+        if not self.head:
+            return update, self.rounds
+        return ThenHead(update, self.rounds, self.demos, head_train(self.head_steps), self.seed), self.rounds + 1
 
 
 @dataclass(frozen=True)

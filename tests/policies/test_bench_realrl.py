@@ -32,19 +32,24 @@ def bench(tmp_path: Path, *args: str) -> dict:
 def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
     metrics = bench(tmp_path, "--task", "panda-push-t")
     policies, rounds = metrics["policies"], metrics["rounds"]
-    assert {"sft", "awbc", "habc", "habc-unaware", "select", "rl100-online", "rl100-head"} <= set(policies)
+    assert {"sft", "awbc", "habc", "habc-unaware", "select", "select-head", "rl100-online", "rl100-head"} <= set(
+        policies
+    )
     for name, p in policies.items():
         (run,) = p["per_seed"]
-        assert 0.0 <= run["success"] <= 1.0 and run["sampling_steps"] == (1 if name == "rl100-head" else 2)
-    assert policies["rl100-head"]["latency_p99_us"] > 0
-    for method in ("awbc", "habc", "habc-unaware", "select"):
+        assert 0.0 <= run["success"] <= 1.0 and run["sampling_steps"] == (1 if name.endswith("-head") else 2)
+    assert policies["rl100-head"]["latency_p99_us"] > 0 and policies["select-head"]["latency_p99_us"] > 0
+    for method in ("awbc", "habc", "habc-unaware"):
         (run,) = rounds[method]["per_seed"]
         assert run["episodes_per_round"] == [2, 2] and run["verdicts"] == ["deployed", "final"]  # paced: no more
         assert 0 < run["robot_time_h"] <= 4 * 3.0 / 3600  # 4 episodes of at most 3 s
+    (select,) = rounds["select"]["per_seed"]  # its round, then the head's: each version ran its 2 episodes
+    assert select["episodes_per_round"] == [2, 2, 2] and select["verdicts"] == ["deployed", "deployed", "final"]
     (rl100,) = rounds["rl100"]["per_seed"]
     assert rl100["verdicts"][0] in ("deployed", "kept") and rl100["verdicts"][-1] == "final"
     assert rl100["ope_accepted"] + rl100["ope_rejected"] == 2  # one offline round, two OPE checks
     assert {"rl100_success_ge_0.98", "rl100_robot_time_le_2h", "head_p99_le_1ms"} <= set(metrics["bars"])
+    assert {"select_head_success_ge_0.97x_multistep", "select_head_p99_le_1ms"} <= set(metrics["bars"])
     assert all(isinstance(b["pass"], bool) for b in metrics["bars"].values())
     assert Path(metrics["plot"]).stat().st_size > 0
     assert json.loads((tmp_path / "out" / "realrl_panda-push-t.json").read_text())["bars"] == metrics["bars"]
@@ -54,7 +59,7 @@ def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
 def test_peg_insert_decides_the_habc_bars(tmp_path: Path) -> None:
     methods = ("habc", "habc-unaware", "awbc", "habc-select", "select")
     metrics = bench(tmp_path, "--task", "panda-peg-insert", "--methods", *methods)
-    assert set(metrics["policies"]) == {"sft", *methods}
+    assert set(metrics["policies"]) == {"sft", *methods, "select-head"}
     bars = metrics["bars"]
     assert {"habc_minus_sft_ge_0.30", "habc_above_awbc", "unaware_ablation_worse", "habc_robot_time_le_2h"} <= set(bars)
     assert {"habc_select_minus_sft_ge_0.30", "select_minus_sft_ge_0.30"} <= set(bars)
@@ -73,10 +78,14 @@ def test_bars_judge_the_numbers_and_serialise() -> None:
         "sft": policy(0.5),
         "rl100-online": policy(0.99, 7.0),
         "rl100-head": policy(0.97) | {"latency_p99_us": 900.0},
+        "select": policy(0.8),
+        "select-head": policy(0.7) | {"latency_p99_us": 1200.0},
     }
     got = json.loads(json.dumps(bars("panda-push-t", policies, rounds)))  # numpy scalars would not serialise
     assert got["rl100_success_ge_0.98"] == {"value": 0.99, "pass": True}
     assert got["rl100_time_to_success_le_0.8x_sft"]["pass"] is True  # 7 s vs 10 s
     assert got["head_success_ge_0.97x_multistep"]["pass"] is True and got["head_p99_le_1ms"]["pass"] is True
+    assert got["select_head_success_ge_0.97x_multistep"] == {"value": pytest.approx(0.875), "head": 0.7, "pass": False}
+    assert got["select_head_p99_le_1ms"] == {"value_us": 1200.0, "pass": False}
     drop = got["rl100_no_accepted_round_worse_by_1se"]  # 0.8 → 0.2 over 10 episodes: 4.7 standard errors
     assert drop["pass"] is False and abs(drop["worst_drop_in_se"] - 0.6 / (0.16 / 10) ** 0.5) < 1e-9

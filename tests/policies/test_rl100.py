@@ -18,9 +18,12 @@ from policies.generative.policy import GenerativePolicy, PolicyOptions
 from policies.generative.train import TrainConfig, train_teacher
 from policies.imitation import chunked
 from policies.rl.chain_ppo import ChainConfig, PpoConfig
+from policies.rl.head import ThenHead, distill_head
 from policies.rl.iql import IqlConfig
 from policies.rl.ope import DynamicsConfig
 from policies.rl.rl100 import Rl100Config, Rl100Round
+from policies.rl.selection import SelectionConfig
+from policies.rl.self_distill import SelectConfig, SelectRound
 from reflexlab.dataset import load_dataset
 from tests.policies.test_habc import SPEC, forward_fraction, write_reach
 
@@ -90,6 +93,24 @@ def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_r
     assert student.method == "consistency"
     with pytest.raises(ValueError, match="student: RL-100 improves the multi-step policy"):
         update(dataset, head.checkpoint, tmp_path / "again", 1)
+
+
+def test_then_head_gives_another_method_the_distill_round_and_refuses_a_student(
+    reach: tuple[Path, Path], tmp_path: Path
+) -> None:
+    dataset, sft = reach
+    selection = SelectionConfig(k=2, iql=IqlConfig(gamma=0.9, hidden=64, steps=50), sampling_steps=5)
+    train = dataclasses.replace(CONFIG.distill_train, method="diffusion", max_steps=10, lr=1e-4, warmup_steps=2)
+    update = ThenHead(SelectRound(SelectConfig(dataset, selection, train=train)), 1, dataset, CONFIG.distill_train)
+    first = update(dataset, sft, tmp_path / "round1", 1)
+    assert first.stage == "select" and first.sampling_steps is None
+    head = update(dataset, first.checkpoint, tmp_path / "round2", 2)
+    assert head.stage == "distill" and head.sampling_steps == 1 and head.numbers["teacher"] == str(first.checkpoint)
+    assert GenerativePolicy.load(head.checkpoint)[0].method == "consistency"
+    with pytest.raises(ValueError, match="1 rounds and a head: there is no round 3"):
+        update(dataset, head.checkpoint, tmp_path / "round3", 3)
+    with pytest.raises(ValueError, match="consistency student already"):
+        distill_head(dataset, head.checkpoint, tmp_path / "again", dataset, CONFIG.distill_train, 0)
 
 
 def test_the_il_stage_trains_the_imitation_policy_once_and_a_rerun_reuses_it(tmp_path: Path) -> None:

@@ -144,8 +144,9 @@ def _seed(
         rounds[method] = _round_figures(command.work_dir, rows)
         policies |= _policies(method, rows, budget)
     evaluated = {name: _evaluate(ckpt, steps, seed, budget, talk) for name, (ckpt, steps) in policies.items()}
-    if "rl100-head" in policies:
-        evaluated["rl100-head"] |= _head_latency(root / "rl100", budget)
+    for method in methods:
+        if f"{method}-head" in policies:
+            evaluated[f"{method}-head"] |= _head_latency(root / method, budget)
     return {"policies": evaluated, "rounds": rounds}
 
 
@@ -183,7 +184,7 @@ def _command(
     if method == "select":
         return Select(
             **common, rounds=budget.rounds, k=budget.select_k, update_steps=budget.update_steps,
-            critic_steps=budget.select_critic_steps,
+            critic_steps=budget.select_critic_steps, head_steps=budget.distill_steps,
         )  # fmt: skip
     if method == "rl100":
         return Rl100(
@@ -214,15 +215,15 @@ def _rows(work_dir: Path) -> list[dict[str, Any]]:
 
 
 def _policies(method: RlMethod, rows: list[dict[str, Any]], budget: RealRlBudget) -> dict[str, tuple[Path, int]]:
-    """The checkpoints to evaluate: the method's last deployed one; RL-100's after each stage."""
-    deployed = [r for r in rows if r.get("verdict") == "deployed"]
-    if method != "rl100":
-        return {method: (Path(deployed[-1]["checkpoint"]), budget.sampling_steps)} if deployed else {}
+    """The checkpoints to evaluate: the method's last deployed multi-step policy and its one-step head (``-head``);
+    RL-100's after each stage."""
     found: dict[str, tuple[Path, int]] = {}
-    for row in deployed:
+    for row in (r for r in rows if r.get("verdict") == "deployed"):
         stage = row["stage"]
-        name = "rl100-head" if stage == "distill" else f"rl100-{stage}"
-        found[name] = (Path(row["checkpoint"]), 1 if stage == "distill" else budget.sampling_steps)
+        if stage == "distill":
+            found[f"{method}-head"] = (Path(row["checkpoint"]), 1)
+        else:
+            found[f"rl100-{stage}" if method == "rl100" else method] = (Path(row["checkpoint"]), budget.sampling_steps)
     return found
 
 
