@@ -64,6 +64,14 @@ def test_peg_insert_decides_the_habc_bars(tmp_path: Path) -> None:
     assert {"habc_minus_sft_ge_0.30", "habc_above_awbc", "unaware_ablation_worse", "habc_robot_time_le_2h"} <= set(bars)
     assert {"habc_select_minus_sft_ge_0.30", "select_minus_sft_ge_0.30"} <= set(bars)
     assert "habc_interventions_falling" in bars and bars["habc_robot_time_le_2h"]["pass"] is True
+    records = sorted((tmp_path / "work" / "panda-peg-insert" / "seed0" / "eval").glob("*.json"))
+    assert sorted(r.stem for r in records) == sorted(metrics["policies"])
+    written = [r.stat().st_mtime_ns for r in records]
+    again = bench(tmp_path, "--task", "panda-peg-insert", "--methods", *methods)  # reused; the head's latency re-timed
+    assert [r.stat().st_mtime_ns for r in records] == written
+    assert {n: p["success_mean"] for n, p in again["policies"].items()} == {
+        n: p["success_mean"] for n, p in metrics["policies"].items()
+    }
 
 
 def test_bars_judge_the_numbers_and_serialise() -> None:
