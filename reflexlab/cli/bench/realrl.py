@@ -76,8 +76,8 @@ class RealRlBudget:
     intervener: Literal["none", "scripted"] = "scripted"
     execution_horizon: int = 2
     """actions executed per chunk (Ta) by every policy, in the rounds and the evaluation. In contact a chunk run
-    open loop is blind: the same panda-peg-insert SFT network (2 mm tracker bias, 200 episodes) succeeds 0.54 at
-    Ta 8, 0.75 at 4, 0.76–0.82 at 2."""
+    open loop is blind: the same panda-peg-insert SFT network (2 mm tracker bias, 100 episodes) succeeds 0.54 at
+    Ta 8, 0.75 at 4, 0.82 at 2; a panda-push-t one (50 episodes) 0.08 at Ta 8, 0.32 at 2."""
     horizon: tyro.conf.Suppress[int] = 16
     down_dims: tyro.conf.Suppress[tuple[int, ...]] = (32, 64)
 
