@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig, distill_student
@@ -33,20 +34,23 @@ def head_train(steps: int = 3000) -> TrainConfig:
     )
 
 
+def multistep_spec(policy: GenerativePolicy, extra: dict[str, Any], checkpoint: Path, who: str) -> Spec:
+    """The Spec of a multi-step, state-only policy, which is what ``who`` (RL-100's rounds, the head) works on: a
+    one-step student has no denoising chain to improve or distil, and the critics and teacher samples read states."""
+    if policy.objective is None:
+        raise ValueError(f"{checkpoint} is a {policy.method} student: {who} the multi-step policy")
+    if policy.image_keys:
+        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: {who} policies of the state only")
+    return Spec.from_dict(extra["spec"])
+
+
 def distill_head(
     dataset: Path, checkpoint: Path, out: Path, demos: Path, train: TrainConfig, seed: int
 ) -> RoundOutcome:
-    """The consistency head of ``checkpoint`` on the observations of ``demos`` and ``dataset``'s episodes.
-
-    Refuses a checkpoint that is a student already (there is no chain to distil) or reads cameras (the teacher's
-    samples are drawn at recorded state windows only).
-    """
+    """The consistency head of ``checkpoint`` on the observations of ``demos`` and ``dataset``'s episodes (a student
+    or a camera policy is refused, `multistep_spec`)."""
     policy, extra = GenerativePolicy.load(checkpoint)
-    if policy.objective is None:
-        raise ValueError(f"{checkpoint} is a {policy.method} student already: the head distils the multi-step policy")
-    if policy.image_keys:
-        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: the head is distilled from states")
-    spec = Spec.from_dict(extra["spec"])
+    spec = multistep_spec(policy, extra, checkpoint, "the head distils")
     episodes = load_episodes(demos)[0] + load_episodes(dataset)[0]
     cfg = dataclasses.replace(train, seed=seed, progress=False)
     student = distill_student(checkpoint, episodes, cfg, out / "student", spec.to_json())

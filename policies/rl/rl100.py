@@ -41,7 +41,7 @@ import torch
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig
 from policies.rl.chain_ppo import ChainConfig, PpoConfig, chain_ppo_update, make_optimizer
-from policies.rl.head import distill_head, head_train
+from policies.rl.head import distill_head, head_train, multistep_spec
 from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
 from policies.rl.rounds import RoundOutcome
@@ -125,7 +125,7 @@ class Rl100Round:
     def _improve(self, dataset: Path, checkpoint: Path, out: Path, stage: Stage, round_: int) -> RoundOutcome:
         cfg = self.config
         policy, extra = GenerativePolicy.load(checkpoint)
-        spec = _policy_spec(policy, extra, checkpoint)
+        spec = multistep_spec(policy, extra, checkpoint, "RL-100 improves")
         rollouts = load_dataset(dataset)  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
         episodes = chunk_transitions(rollouts, spec, cfg.gamma)
         data = concat_transitions(chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma), episodes)
@@ -213,14 +213,6 @@ class Rl100Round:
 def _say(line: str) -> None:
     """Progress of a long round, on stderr beside the learner's own lines (a round takes minutes on a CPU)."""
     print(line, file=sys.stderr, flush=True)
-
-
-def _policy_spec(policy: GenerativePolicy, extra: dict[str, Any], checkpoint: Path) -> Spec:
-    if policy.objective is None:
-        raise ValueError(f"{checkpoint} is a {policy.method} student: RL-100 improves the multi-step policy")
-    if policy.image_keys:
-        raise ValueError(f"{checkpoint} reads cameras {list(policy.image_keys)}: RL-100's critics read the state only")
-    return Spec.from_dict(extra["spec"])
 
 
 def _latest_version_windows(ds: Dataset, transitions: ChunkTransitions) -> np.ndarray:

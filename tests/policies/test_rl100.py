@@ -109,7 +109,7 @@ def test_then_head_gives_another_method_the_distill_round_and_refuses_a_student(
     assert GenerativePolicy.load(head.checkpoint)[0].method == "consistency"
     with pytest.raises(ValueError, match="1 rounds and a head: there is no round 3"):
         update(dataset, head.checkpoint, tmp_path / "round3", 3)
-    with pytest.raises(ValueError, match="consistency student already"):
+    with pytest.raises(ValueError, match="consistency student: the head distils the multi-step policy"):
         distill_head(dataset, head.checkpoint, tmp_path / "again", dataset, CONFIG.distill_train, 0)
 
 
