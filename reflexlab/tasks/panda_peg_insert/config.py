@@ -7,9 +7,10 @@ noise at every observation (jitter). With 0.5 mm clearance a side, a bias of ~1.
 most of the time, so the peg has to be searched in by feel (`expert`). The expert's action noise makes its
 demonstrations imperfect and varied. These are the knobs for tuning how well an imitation policy can do.
 
-The default bias of 3 mm puts a 25-demonstration diffusion policy (executing 2 actions per chunk) at 0.595 success
-over 200 episodes, inside the 20–60 % band the real-world RL bars ask of the imitation policy; the expert inserts
-200/216 (at 2 mm: the policy 0.76, the expert 400/404; at 1.5 mm the policy executing 8 actions per chunk 0.72).
+The default bias of 3 mm puts a 25-demonstration diffusion policy (executing 2 actions per chunk) at 0.602 ± 0.040
+success over 3 training seeds (200 episodes each), at the top of the 20–60 % band the real-world RL bars ask of the
+imitation policy; the expert inserts 200/216 (at 2 mm: the policy 0.76, the expert 400/404; at 1.5 mm the policy
+executing 8 actions per chunk 0.72).
 """
 
 from __future__ import annotations
