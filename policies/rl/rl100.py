@@ -52,6 +52,9 @@ from reflexlab.spec import Spec
 Stage = Literal["offline", "online", "distill"]
 
 
+TARGET_KL = 0.01  # chain PPO's early stop per iteration (`PpoConfig.target_kl` says why it needs one)
+
+
 @dataclass(frozen=True)
 class Rl100Config:
     """RL-100's rounds after imitation. Defaults follow METHODS.md where the paper gives a value, sized for a CPU.
@@ -83,8 +86,8 @@ class Rl100Config:
     iql: IqlConfig = field(default_factory=IqlConfig)
     dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
     chain: ChainConfig = field(default_factory=lambda: ChainConfig(sigma_min=0.1))
-    offline_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.25, lr=1e-5))
-    online_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.2, lr=3e-6))
+    offline_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.25, lr=1e-5, target_kl=TARGET_KL))
+    online_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.2, lr=3e-6, target_kl=TARGET_KL))
     ppo_iterations: int = 200
     ppo_batch: int = 256
     ope_every: int = 50
@@ -194,16 +197,21 @@ class Rl100Round:
         round_: int,
         optimizer: torch.optim.Optimizer | None = None,
         generator: torch.Generator | None = None,
-    ) -> dict[str, float]:
-        """``iterations`` chain-PPO iterations on batches drawn from ``windows``; the last iteration's figures."""
+    ) -> dict[str, float | int]:
+        """``iterations`` chain-PPO iterations on batches drawn from ``windows``: the last iteration's figures, the
+        optimiser steps taken in all and how many iterations the target KL cut short."""
         generator = generator or torch.Generator().manual_seed(self.config.seed + round_)
         optimizer = optimizer or make_optimizer(policy, ppo)
         obs = torch.as_tensor(windows, dtype=torch.float32)
-        stats = None
+        stats, updates, stopped = None, 0, 0
         for _ in range(iterations):
             idx = torch.randint(len(obs), (min(self.config.ppo_batch, len(obs)),), generator=generator)
             stats = chain_ppo_update(policy, obs[idx], None, advantage, ppo, self.config.chain, generator, optimizer)
-        return {} if stats is None else {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)}
+            updates, stopped = updates + stats.updates, stopped + stats.stopped_early
+        if stats is None:
+            return {}
+        last = {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)}
+        return last | {"updates": updates, "iterations_stopped_by_kl": stopped}
 
     def _distill(self, dataset: Path, checkpoint: Path, out: Path) -> RoundOutcome:
         """The consistency head of the improved policy, on the demonstrations' and the episodes' observations."""

@@ -278,6 +278,8 @@ class Rl100(_RealWorldRl):
     """PPO iterations between offline policy evaluations (offline rounds)."""
     ppo_lr: float = 1e-5
     """offline PPO learning rate (online: 3e-6)."""
+    ppo_target_kl: float | None = 0.01
+    """stop a PPO iteration's epochs once a minibatch's KL to the sampling policy passes 1.5x this (None: no limit)."""
     critic_steps: int = 3000
     """optimiser steps of the IQL critics per round."""
     dynamics_steps: int = 3000
@@ -317,7 +319,8 @@ class Rl100(_RealWorldRl):
             distill="distill" in self.stages,
             iql=IqlConfig(steps=self.critic_steps),
             dynamics=DynamicsConfig(steps=self.dynamics_steps),
-            offline_ppo=PpoConfig(clip=0.25, lr=self.ppo_lr),
+            offline_ppo=PpoConfig(clip=0.25, lr=self.ppo_lr, target_kl=self.ppo_target_kl),
+            online_ppo=dataclasses.replace(base.online_ppo, target_kl=self.ppo_target_kl),
             ppo_iterations=self.ppo_iterations,
             ope_every=self.ope_every,
             sampling_steps=self.sampling_steps,

@@ -9,6 +9,7 @@ One thread: BC pre-training ~6 s, the 30 PPO iterations ~20 s on a shared 2-core
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 import time
 
@@ -207,6 +208,33 @@ def test_chain_ppo_makes_the_rewarded_mode_dominant(cloned: GenerativePolicy) ->
           f"on-mode {near_before:.2f} → {near_after:.2f}; last {stats}")  # fmt: skip
     assert after > 0.8 and near_after >= 0.85, (after, near_after)
     assert not policy.training
+
+
+def _kl_to(before: GenerativePolicy, after: GenerativePolicy, obs: torch.Tensor) -> float:
+    """Mean approximate KL(before ‖ after) of chains sampled by ``before``, per denoising step."""
+    with flush_denormals(), torch.no_grad():
+        chain = sample_chain(before, obs, None, ChainConfig(), torch.Generator().manual_seed(3))
+        log_ratio = chain_log_prob(after, obs, None, chain, ChainConfig()) - chain.log_probs
+    return float(((log_ratio.exp() - 1) - log_ratio).mean())
+
+
+def test_target_kl_stops_the_epochs_before_the_policy_runs_away(cloned: GenerativePolicy) -> None:
+    """One iteration at a step size that moves the chain far: the limit ends it after the minibatch that passed
+    1.5 × the target, so the policy stays near the one that sampled, where the unlimited iteration does not."""
+    obs = _obs(256, cloned, seed=20)
+    free, limited = copy.deepcopy(cloned), copy.deepcopy(cloned)
+    config = PpoConfig(lr=3e-3, clip=0.25, epochs=4, minibatch_size=64)
+    full = chain_ppo_update(free, obs, None, _plus_is_good, config, generator=torch.Generator().manual_seed(4))
+    capped = dataclasses.replace(config, target_kl=0.01)
+    cut = chain_ppo_update(limited, obs, None, _plus_is_good, capped, generator=torch.Generator().manual_seed(4))
+    assert full.updates == 16 and not full.stopped_early
+    assert cut.stopped_early and 1 <= cut.updates < 16, cut
+    kl_free, kl_limited = _kl_to(cloned, free, obs), _kl_to(cloned, limited, obs)
+    print(f"KL to the sampling policy after one iteration: unlimited {kl_free:.3g} ({full.updates} updates), "
+          f"target 0.01 {kl_limited:.3g} ({cut.updates} updates)")  # fmt: skip
+    assert kl_limited < kl_free / 2, (kl_limited, kl_free)
+    with pytest.raises(ValueError, match="PPO config"):
+        PpoConfig(target_kl=0.0)
 
 
 def test_bc_term_pulls_towards_the_demos(cloned: GenerativePolicy) -> None:
