@@ -40,7 +40,7 @@ import torch
 
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig
-from policies.rl.chain_ppo import ChainConfig, PpoConfig, chain_ppo_update, make_optimizer
+from policies.rl.chain_ppo import ChainConfig, Demos, PpoConfig, chain_ppo_update, make_optimizer
 from policies.rl.head import distill_head, head_train, multistep_spec
 from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
@@ -144,7 +144,8 @@ class Rl100Round:
 
         if stage == "online":  # the deployed version's own states; the robot's next episodes judge the result
             states = _latest_version_windows(rollouts, episodes)
-            stats = self._ppo(policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_)
+            anchor = _demo_windows(cfg.demos, spec) if cfg.online_ppo.bc_weight > 0 else None
+            stats = self._ppo(policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_, demos=anchor)
             numbers |= {"ppo": stats, "ppo_windows": len(states)}
             return RoundOutcome(_save(policy, extra, out, stage, numbers), numbers, stage)
 
@@ -158,12 +159,15 @@ class Rl100Round:
             return am_q(act, critics, ensemble, start, cfg.ope_horizon, seed=cfg.seed + round_)
 
         reference, reference_value = copy.deepcopy(policy), estimate(policy)
+        anchor = _demo_windows(cfg.demos, spec) if cfg.offline_ppo.bc_weight > 0 else None
         checks: list[dict[str, Any]] = []
         optimizer = make_optimizer(policy, cfg.offline_ppo)
         generator = torch.Generator().manual_seed(cfg.seed + round_)
         for start_it in range(0, cfg.ppo_iterations, cfg.ope_every):
             iterations = min(cfg.ope_every, cfg.ppo_iterations - start_it)
-            stats = self._ppo(policy, data.window, advantage, cfg.offline_ppo, iterations, round_, optimizer, generator)
+            stats = self._ppo(
+                policy, data.window, advantage, cfg.offline_ppo, iterations, round_, optimizer, generator, anchor
+            )
             candidate = estimate(policy)
             verdict = compare(candidate, reference_value, cfg.min_improvement)
             checks.append(
@@ -197,6 +201,7 @@ class Rl100Round:
         round_: int,
         optimizer: torch.optim.Optimizer | None = None,
         generator: torch.Generator | None = None,
+        demos: Demos | None = None,
     ) -> dict[str, float | int]:
         """``iterations`` chain-PPO iterations on batches drawn from ``windows``: the last iteration's figures, the
         optimiser steps taken in all and how many iterations the target KL cut short."""
@@ -206,7 +211,9 @@ class Rl100Round:
         stats, updates, stopped = None, 0, 0
         for _ in range(iterations):
             idx = torch.randint(len(obs), (min(self.config.ppo_batch, len(obs)),), generator=generator)
-            stats = chain_ppo_update(policy, obs[idx], None, advantage, ppo, self.config.chain, generator, optimizer)
+            stats = chain_ppo_update(
+                policy, obs[idx], None, advantage, ppo, self.config.chain, generator, optimizer, demos
+            )
             updates, stopped = updates + stats.updates, stopped + stats.stopped_early
         if stats is None:
             return {}
@@ -242,6 +249,17 @@ def _deterministic_act(policy: GenerativePolicy, spec: Spec, steps: int, execute
         return chunk[:, executed].numpy()
 
     return act
+
+
+def _demo_windows(demos: Path, spec: Spec) -> Demos:
+    """The demonstrations as (window, chunk) pairs for chain PPO's behaviour-cloning anchor (`PpoConfig.bc_weight`)."""
+    from policies.generative.data import ChunkWindows
+    from policies.imitation import load_episodes
+
+    episodes, _, _ = load_episodes(demos)
+    windows = ChunkWindows(episodes, spec.observation_horizon, spec.action_chunk)
+    obs, action = windows.gather(torch.arange(len(windows)))[:2]
+    return Demos(obs, action)
 
 
 def _save(policy: GenerativePolicy, extra: dict[str, Any], out: Path, stage: Stage, numbers: dict[str, Any]) -> Path:

@@ -280,6 +280,8 @@ class Rl100(_RealWorldRl):
     """offline PPO learning rate (online: 3e-6)."""
     ppo_target_kl: float | None = 0.01
     """stop a PPO iteration's epochs once a minibatch's KL to the sampling policy passes 1.5x this (None: no limit)."""
+    ppo_bc_weight: float = 0.0
+    """weight of the policy's diffusion loss on the demonstrations in every PPO minibatch (an anchor to the data)."""
     critic_steps: int = 3000
     """optimiser steps of the IQL critics per round."""
     dynamics_steps: int = 3000
@@ -306,12 +308,12 @@ class Rl100(_RealWorldRl):
     def _update(self) -> tuple[RoundUpdate, int]:
         import dataclasses
 
-        from policies.rl.chain_ppo import PpoConfig
         from policies.rl.iql import IqlConfig
         from policies.rl.ope import DynamicsConfig
         from policies.rl.rl100 import Rl100Config, Rl100Round
 
         base = Rl100Config(demos=self.demos)
+        limits = {"target_kl": self.ppo_target_kl, "bc_weight": self.ppo_bc_weight}
         config = Rl100Config(
             demos=self.demos,
             offline_rounds=self.offline_rounds if "offline" in self.stages else 0,
@@ -319,8 +321,8 @@ class Rl100(_RealWorldRl):
             distill="distill" in self.stages,
             iql=IqlConfig(steps=self.critic_steps),
             dynamics=DynamicsConfig(steps=self.dynamics_steps),
-            offline_ppo=PpoConfig(clip=0.25, lr=self.ppo_lr, target_kl=self.ppo_target_kl),
-            online_ppo=dataclasses.replace(base.online_ppo, target_kl=self.ppo_target_kl),
+            offline_ppo=dataclasses.replace(base.offline_ppo, lr=self.ppo_lr, **limits),
+            online_ppo=dataclasses.replace(base.online_ppo, **limits),
             ppo_iterations=self.ppo_iterations,
             ope_every=self.ope_every,
             sampling_steps=self.sampling_steps,

@@ -67,6 +67,8 @@ class RealRlBudget:
     """RL-100's offline PPO learning rate."""
     ppo_target_kl: float | None = 0.01
     """RL-100's PPO early stop per iteration (`PpoConfig.target_kl`)."""
+    ppo_bc_weight: float = 0.0
+    """RL-100's PPO anchor: the weight of the diffusion loss on the demonstrations (`PpoConfig.bc_weight`)."""
     dynamics_steps: int = 3000
     distill_steps: int = 3000
     sampling_steps: int = 10
@@ -200,7 +202,7 @@ def _command(
         return Rl100(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
             online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
-            ppo_lr=budget.ppo_lr, ppo_target_kl=budget.ppo_target_kl,
+            ppo_lr=budget.ppo_lr, ppo_target_kl=budget.ppo_target_kl, ppo_bc_weight=budget.ppo_bc_weight,
             critic_steps=budget.critic_steps, dynamics_steps=budget.dynamics_steps,
             distill_steps=budget.distill_steps,
         )  # fmt: skip
