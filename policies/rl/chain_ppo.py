@@ -223,13 +223,14 @@ class PpoConfig:
 
     ``target_kl``: stop an iteration's epochs before the update that would follow a minibatch whose approximate
     KL to the sampling policy exceeds 1.5 × ``target_kl`` (Stable-Baselines3's early stop). A chain step's
-    log-probability sums 16 × A Gaussian dimensions at σ ≤ 0.1, so one Adam step at lr 1e-5 already moves it by
-    ~0.05: on panda-push-t (200-demonstration SFT, 0.97 success with the scripted person) 150 unlimited iterations
-    (approximate KL 0.07–0.12 per iteration) raised AM-Q by 29 %, OPE accepted three candidates, and the deployed
-    policy collapsed to 0.2 with the person taking 86 % of the steps. The limit bounds each iteration, not where
-    the iterations lead: at 0.01 (one update an iteration) the same round's 200 updates still moved every weight by
-    ~lr each way, the executed actions by 13 mm on average, and the policy fell from 0.72 to 0.0 alone (50
-    episodes) while AM-Q said +18 %. None: no limit.
+    log-probability sums 16 × A Gaussian dimensions at σ ≤ 0.1, so it is sensitive: on panda-push-t
+    (200-demonstration SFT, 0.97 success with the scripted person) 150 unlimited iterations (approximate KL
+    0.07–0.12, averaged over each iteration's 4 updates) raised AM-Q by 29 %, OPE accepted three candidates, and the
+    deployed policy collapsed to 0.2 with the person taking 86 % of the steps. At 0.01 one Adam step at lr 1e-5
+    already passed the limit (50–54 updates per 50 iterations). The limit bounds each iteration, not where the
+    iterations lead: the same round's ~200 updates moved weights by up to 1.8e-3 (the 2e-3 that 200 steps of lr 1e-5
+    allow: one consistent direction), the executed actions by 13 mm on average, and the policy fell from 0.72 to 0.0
+    alone (50 episodes) while AM-Q said +18 %. None: no limit.
     """
 
     clip: float = 0.25
