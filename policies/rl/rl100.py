@@ -9,9 +9,11 @@ it are `Rl100Round`, one `policies.rl.rounds.RoundUpdate` whose stage follows fr
   (`policies.rl.chain_ppo`, ε 0.25) at the recorded observation windows, advantage A = min Q(s, a) − V(s) of the
   executed part of each sampled chunk. Every ``ope_every`` iterations AM-Q scores the candidate against the
   reference (the deployed policy at first) on the same start windows, elites and noise, and the reference advances
-  only when the candidate is ≥ ``min_improvement`` better (`policies.rl.ope.compare`). What is deployed is the last
-  accepted reference; a round that accepted nothing deploys nothing (the actor keeps its version and collects
-  another round's worth of episodes with it).
+  only when the candidate is ≥ ``min_improvement`` better (`policies.rl.ope.compare`) and its executed actions at
+  those windows stayed within ``max_action_shift`` of the deployed policy's (the trust region: `policies.rl.ope`
+  says why). The first candidate outside it ends the round's PPO: Adam carries the weights on in the same direction,
+  so later candidates only move further. What is deployed is the last accepted reference; a round that accepted
+  nothing deploys nothing (the actor keeps its version and collects another round's worth of episodes with it).
 * **online** (the next ``online_rounds``): the same PPO, ε 0.2, on the windows of the deployed version's own fresh
   episodes, with critics refit on everything so far, and deployed without the OPE gate: the robot's next episodes
   are the evaluation. Deviation from the paper, which keeps each rollout's denoising chain and runs PPO with GAE on
@@ -43,16 +45,14 @@ from policies.generative.train import TrainConfig
 from policies.rl.chain_ppo import ChainConfig, Demos, PpoConfig, chain_ppo_update, make_optimizer
 from policies.rl.head import distill_head, head_train, multistep_spec
 from policies.rl.iql import IqlConfig, IqlCritics
-from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
+from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
+from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, action_shift, am_q, compare
 from policies.rl.rounds import RoundOutcome
 from policies.rl.transitions import ChunkTransitions, chunk_transitions, concat_transitions
 from reflexlab.dataset import Dataset, load_dataset
 from reflexlab.spec import Spec
 
 Stage = Literal["offline", "online", "distill"]
-
-
-TARGET_KL = 0.01  # chain PPO's early stop per iteration (`PpoConfig.target_kl` says why it needs one)
 
 
 @dataclass(frozen=True)
@@ -66,6 +66,9 @@ class Rl100Config:
         ppo_iterations: chain-PPO iterations per round, each on ``ppo_batch`` windows drawn from the data.
         ope_every: iterations between OPE checks (RL-100: ~50); ``ope_rollouts`` start windows, ``ope_horizon``
             chunk steps each; ``min_improvement``: the relative AM-Q gain that advances the reference (paper: 5 %).
+        max_action_shift: the OPE trust region: the most a candidate's executed actions may move from the deployed
+            policy's, mean over the start windows of the per-window RMS in the data's action std
+            (`policies.rl.ope.action_shift`); None: AM-Q alone decides.
         sampling_steps: the deployed DDIM sampler's steps (what OPE scores; the chain PPO's K is ``chain``'s).
         distill_train: the consistency head's training (`policies.rl.head.head_train`: its targets are the improved
             policy's 10-step DDIM samples, the sampler OPE scored and the rounds deployed).
@@ -94,6 +97,7 @@ class Rl100Config:
     ope_rollouts: int = 256
     ope_horizon: int = 10
     min_improvement: float = 0.05
+    max_action_shift: float | None = MAX_ACTION_SHIFT
     sampling_steps: int = 10
     distill_train: TrainConfig = field(default_factory=head_train)
     seed: int = 0
@@ -158,6 +162,10 @@ class Rl100Round:
             act = _deterministic_act(candidate, spec, cfg.sampling_steps, executed, seed=cfg.seed + round_)
             return am_q(act, critics, ensemble, start, cfg.ope_horizon, seed=cfg.seed + round_)
 
+        def first_chunks(candidate: GenerativePolicy) -> np.ndarray:  # AM-Q's first step: the same noise
+            return _deterministic_act(candidate, spec, cfg.sampling_steps, executed, seed=cfg.seed + round_)(start)
+
+        deployed, scale = first_chunks(policy), data.action_std
         reference, reference_value = copy.deepcopy(policy), estimate(policy)
         anchor = _demo_windows(cfg.demos, spec) if cfg.offline_ppo.bc_weight > 0 else None
         checks: list[dict[str, Any]] = []
@@ -169,7 +177,8 @@ class Rl100Round:
                 policy, data.window, advantage, cfg.offline_ppo, iterations, round_, optimizer, generator, anchor
             )
             candidate = estimate(policy)
-            verdict = compare(candidate, reference_value, cfg.min_improvement)
+            shift = action_shift(first_chunks(policy), deployed, scale)
+            verdict = compare(candidate, reference_value, cfg.min_improvement, shift, cfg.max_action_shift)
             checks.append(
                 {
                     "iteration": start_it + iterations,
@@ -177,6 +186,8 @@ class Rl100Round:
                     "candidate_stderr": candidate.stderr,
                     "reference": reference_value.value,
                     "disagreement": candidate.disagreement,
+                    "action_shift": shift.mean,
+                    "action_shift_p90": shift.p90,
                     "accepted": verdict.accepted,
                     "reason": verdict.reason,
                     "ppo": stats,
@@ -185,6 +196,8 @@ class Rl100Round:
             if verdict.accepted:
                 reference, reference_value = copy.deepcopy(policy), candidate
             _say(f"rl100 round {round_}: PPO iteration {start_it + iterations}/{cfg.ppo_iterations}: {verdict.reason}")
+            if cfg.max_action_shift is not None and not shift.mean <= cfg.max_action_shift:
+                break
         accepted = sum(c["accepted"] for c in checks)
         numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}
         if not accepted:

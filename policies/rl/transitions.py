@@ -93,6 +93,13 @@ class ChunkTransitions:
     def action_dim(self) -> int:
         return int(self.actions.shape[2])
 
+    @property
+    def action_std(self) -> np.ndarray:
+        """(A,) the std of each action dimension over every executed step (padding left out); 1 where constant."""
+        executed = self.actions[np.arange(self.chunk)[None, :] < self.length[:, None]]
+        std = executed.std(axis=0) if len(executed) else np.ones(self.action_dim)
+        return np.where(std > 0, std, 1.0)
+
     def subset(self, rows: np.ndarray) -> ChunkTransitions:
         """The transitions at ``rows`` (indices or a boolean mask): held-out splits, the policy's own chunks."""
         picked = {f.name: getattr(self, f.name)[rows] for f in fields(self) if f.name != "gamma"}

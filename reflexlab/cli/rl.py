@@ -23,6 +23,7 @@ from typing import IO, TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import tyro
 
+from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
 from reflexlab.env import SingleEnv
 
 if TYPE_CHECKING:
@@ -278,8 +279,11 @@ class Rl100(_RealWorldRl):
     """PPO iterations between offline policy evaluations (offline rounds)."""
     ppo_lr: float = 1e-5
     """offline PPO learning rate (online: 3e-6)."""
-    ppo_target_kl: float | None = 0.01
+    ppo_target_kl: float | None = TARGET_KL
     """stop a PPO iteration's epochs once a minibatch's KL to the sampling policy passes 1.5x this (None: no limit)."""
+    max_action_shift: float | None = MAX_ACTION_SHIFT
+    """OPE's trust region: reject a candidate whose executed actions moved more than this (data's action std, mean
+    RMS over the start windows) from the deployed policy's, and end the round's PPO there (None: AM-Q alone)."""
     ppo_bc_weight: float = 0.0
     """weight of the policy's diffusion loss on the demonstrations in every PPO minibatch (an anchor to the data)."""
     critic_steps: int = 3000
@@ -325,6 +329,7 @@ class Rl100(_RealWorldRl):
             online_ppo=dataclasses.replace(base.online_ppo, **limits),
             ppo_iterations=self.ppo_iterations,
             ope_every=self.ope_every,
+            max_action_shift=self.max_action_shift,
             sampling_steps=self.sampling_steps,
             distill_train=dataclasses.replace(base.distill_train, max_steps=self.distill_steps),
             seed=self.seed,

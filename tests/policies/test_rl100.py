@@ -33,7 +33,7 @@ CONFIG = Rl100Config(
     iql=IqlConfig(gamma=0.9, hidden=64, steps=600), dynamics=DynamicsConfig(hidden=64, steps=600),
     chain=ChainConfig(sampling_steps=5, sigma_min=0.1), offline_ppo=PpoConfig(lr=2e-4, minibatch_size=64),
     online_ppo=PpoConfig(clip=0.2, lr=2e-4, minibatch_size=64), ppo_iterations=60, ppo_batch=256, ope_every=20,
-    ope_rollouts=128, ope_horizon=4, sampling_steps=5,
+    ope_rollouts=128, ope_horizon=4, max_action_shift=None, sampling_steps=5,
     distill_train=TrainConfig(
         method="consistency", max_steps=40, batch_size=64, teacher_steps=5, teacher_samples_per_window=1,
         checkpoint_every=10**9, progress=False,
@@ -78,6 +78,21 @@ def test_an_offline_round_deploys_only_what_ope_accepted_and_steps_forward_more(
     assert after > before + 0.2, (before, after)
     policy, extra = GenerativePolicy.load(outcome.checkpoint)
     assert policy.method == "diffusion" and extra["rl100"]["stage"] == "offline" and "spec" in extra
+
+
+def test_a_candidate_outside_the_trust_region_is_rejected_and_ends_the_rounds_ppo(
+    reach: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The reach's critics are right, yet a bound the first candidate's move exceeds rejects it whatever AM-Q says."""
+    dataset, sft = reach
+    update = Rl100Round(dataclasses.replace(CONFIG, demos=dataset, max_action_shift=1e-4))
+    outcome = update(dataset, sft, tmp_path / "round", 1)
+    (check,) = outcome.numbers["ope"]  # the first of 3 checks left the region: PPO stopped there
+    assert check["iteration"] == 20 and not check["accepted"] and check["action_shift"] > 1e-4
+    assert check["action_shift_p90"] > 0
+    assert f"actions moved {check['action_shift']:.3g} action std" in check["reason"], check["reason"]
+    assert outcome.checkpoint is None and "OPE accepted none of 1" in outcome.reason
+    assert outcome.numbers["ope_accepted"] == 0 and outcome.numbers["ope_rejected"] == 1
 
 
 def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_round_makes_a_head(

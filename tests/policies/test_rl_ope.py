@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from policies.rl.iql import IqlConfig, IqlCritics
-from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, am_q, compare
+from policies.rl.ope import ActionShift, DynamicsConfig, DynamicsEnsemble, OpeEstimate, action_shift, am_q, compare
 from policies.rl.transitions import ChunkTransitions, chunk_transitions
 from reflexlab.dataset import DatasetWriter, load_dataset
 from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
@@ -172,3 +172,35 @@ def test_compare_refuses_other_setups_and_a_negative_margin() -> None:
     with pytest.raises(ValueError, match="min_improvement"):
         compare(estimate(2.0), estimate(1.0), min_improvement=-0.1)
     assert compare(estimate(1.0), estimate(1.0 - 1e-12), min_improvement=0.0).accepted
+
+
+def test_action_shift_is_the_rms_move_in_action_std_per_window() -> None:
+    deployed = np.zeros((10, 2, 2))
+    candidate = deployed.copy()
+    candidate[:9, :, 0] = 0.3  # 9 windows moved 0.3 m in x (std 3 m: 0.1 std; RMS over x and y: 0.1 / sqrt 2)
+    candidate[9] = [3.0, 4.0]  # one moved 3 m in x and 4 m in y (1 std in x, 2 in y: RMS sqrt 2.5)
+    shift = action_shift(candidate, deployed, np.array([3.0, 2.0]))
+    assert shift.mean == pytest.approx((9 * 0.1 / np.sqrt(2) + np.sqrt(2.5)) / 10)
+    assert shift.p90 == pytest.approx(np.quantile([0.1 / np.sqrt(2)] * 9 + [np.sqrt(2.5)], 0.9))
+    assert action_shift(deployed, deployed, np.ones(2)) == ActionShift(0.0, 0.0)
+    with pytest.raises(ValueError, match="do not match"):
+        action_shift(candidate[:, :1], deployed, np.ones(2))
+    with pytest.raises(ValueError, match="positive"):
+        action_shift(candidate, deployed, np.array([1.0, 0.0]))
+    with pytest.raises(ValueError, match="non-finite"):
+        action_shift(np.full_like(deployed, np.nan), deployed, np.ones(2))
+
+
+def test_compare_rejects_a_better_estimate_outside_the_trust_region_and_says_how_far_it_moved() -> None:
+    better, reference = estimate(2.0), estimate(1.0)
+    inside = compare(better, reference, shift=ActionShift(0.04, 0.1), max_shift=0.05)
+    assert inside.accepted
+    outside = compare(better, reference, shift=ActionShift(0.19, 0.4), max_shift=0.05)
+    assert not outside.accepted
+    assert "outside the trust region: actions moved 0.19 action std" in outside.reason and "p90 0.4" in outside.reason
+    assert not compare(better, reference, shift=ActionShift(float("nan"), 0.0), max_shift=0.05).accepted
+    assert compare(better, reference, shift=ActionShift(9.0, 9.0)).accepted  # no bound given: AM-Q alone
+    with pytest.raises(ValueError, match="trust region needs"):
+        compare(better, reference, max_shift=0.05)
+    with pytest.raises(ValueError, match="trust region needs"):
+        compare(better, reference, shift=ActionShift(0.0, 0.0), max_shift=0.0)

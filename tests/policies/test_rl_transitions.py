@@ -62,6 +62,7 @@ def test_a_successful_episode_is_cut_into_chunks_with_padding_and_no_bootstrap(t
     np.testing.assert_allclose(t.discount, [GAMMA**3, GAMMA**3, GAMMA])
     np.testing.assert_array_equal(t.by_policy, [True, False, True])  # step 4 was a person's
     assert (t.obs_horizon, t.obs_dim, t.chunk, t.action_dim, len(t)) == (2, 2, 3, 2, 3)
+    np.testing.assert_allclose(t.action_std, [np.std(np.arange(7)), np.std(np.arange(7))])  # padding left out
 
 
 def test_success_late_in_a_chunk_is_discounted_and_speed_matters(tmp_path: Path) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import tyro
 
+from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
 from reflexlab.bench import machine, write_json
 from reflexlab.cli.bench.common import BenchOptions
 
@@ -65,8 +66,10 @@ class RealRlBudget:
     ope_every: int = 50
     ppo_lr: float = 1e-5
     """RL-100's offline PPO learning rate."""
-    ppo_target_kl: float | None = 0.01
+    ppo_target_kl: float | None = TARGET_KL
     """RL-100's PPO early stop per iteration (`PpoConfig.target_kl`)."""
+    max_action_shift: float | None = MAX_ACTION_SHIFT
+    """RL-100's OPE trust region (`Rl100Config.max_action_shift`)."""
     ppo_bc_weight: float = 0.0
     """RL-100's PPO anchor: the weight of the diffusion loss on the demonstrations (`PpoConfig.bc_weight`)."""
     dynamics_steps: int = 3000
@@ -203,6 +206,7 @@ def _command(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
             online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
             ppo_lr=budget.ppo_lr, ppo_target_kl=budget.ppo_target_kl, ppo_bc_weight=budget.ppo_bc_weight,
+            max_action_shift=budget.max_action_shift,
             critic_steps=budget.critic_steps, dynamics_steps=budget.dynamics_steps,
             distill_steps=budget.distill_steps,
         )  # fmt: skip
