@@ -178,6 +178,7 @@ class Rl100Round:
             )
             candidate = estimate(policy)
             shift = action_shift(first_chunks(policy), deployed, scale)
+            inside = cfg.max_action_shift is None or shift.mean <= cfg.max_action_shift
             verdict = compare(candidate, reference_value, cfg.min_improvement, shift, cfg.max_action_shift)
             checks.append(
                 {
@@ -188,6 +189,7 @@ class Rl100Round:
                     "disagreement": candidate.disagreement,
                     "action_shift": shift.mean,
                     "action_shift_p90": shift.p90,
+                    "in_trust_region": inside,
                     "accepted": verdict.accepted,
                     "reason": verdict.reason,
                     "ppo": stats,
@@ -196,7 +198,7 @@ class Rl100Round:
             if verdict.accepted:
                 reference, reference_value = copy.deepcopy(policy), candidate
             _say(f"rl100 round {round_}: PPO iteration {start_it + iterations}/{cfg.ppo_iterations}: {verdict.reason}")
-            if cfg.max_action_shift is not None and not shift.mean <= cfg.max_action_shift:
+            if not inside:
                 break
         accepted = sum(c["accepted"] for c in checks)
         numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}

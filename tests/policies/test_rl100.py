@@ -88,7 +88,8 @@ def test_a_candidate_outside_the_trust_region_is_rejected_and_ends_the_rounds_pp
     update = Rl100Round(dataclasses.replace(CONFIG, demos=dataset, max_action_shift=1e-4))
     outcome = update(dataset, sft, tmp_path / "round", 1)
     (check,) = outcome.numbers["ope"]  # the first of 3 checks left the region: PPO stopped there
-    assert check["iteration"] == 20 and not check["accepted"] and check["action_shift"] > 1e-4
+    assert check["iteration"] == 20 and not check["accepted"] and not check["in_trust_region"]
+    assert check["action_shift"] > 1e-4
     assert check["action_shift_p90"] > 0
     assert f"actions moved {check['action_shift']:.3g} action std" in check["reason"], check["reason"]
     assert outcome.checkpoint is None and "OPE accepted none of 1" in outcome.reason
