@@ -7,7 +7,10 @@ policy alone cannot; every takeover is bounded; an unsafe state triggers at once
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+import pytest
 
 from sim.single_env import SimSingleEnv
 from teleop.scripted import ScriptedIntervention, ScriptedPerson, ScriptedPersonConfig, scripted_person
@@ -56,6 +59,28 @@ def test_an_unsafe_state_brings_the_person_in_at_once() -> None:
     assert all(decisions[: c.max_steps - 1]) and not decisions[c.max_steps - 1]  # never longer than max_steps
     assert person.last_reason == "unsafe" and not any(decisions[c.max_steps : c.max_steps + c.grace_steps])
     assert decisions[-1], "after the grace period an unsafe state brings the person back"
+
+
+def test_a_robot_on_its_way_is_not_stalled_until_the_person_runs_out_of_patience() -> None:
+    """Push-T's person: 1.5 s without coverage is a stall only while the pusher stands about; a pusher that keeps
+    circling (3 cm round where it started, never touching the block) gets ``patience_steps``."""
+    config = ScriptedPersonConfig(stall_steps=15, idle_radius=0.01, patience_steps=40)
+
+    def first_takeover(policy: Callable[[np.ndarray, int], np.ndarray]) -> tuple[int, str]:
+        env = SimSingleEnv("panda-push-t", 80, ScriptedIntervention(scripted_person("panda-push-t", config)))
+        obs, _ = env.reset(seed=3)
+        start = np.asarray(obs[:2], dtype=np.float64)
+        for t in range(80):
+            obs, _, _, _, info = env.step(policy(start, t))
+            if info["source"] == "teleop":
+                return t, info["reason"]
+        raise AssertionError("the person never took over")
+
+    assert first_takeover(lambda start, t: start) == (15, "stall")
+    circle = lambda start, t: start + 0.03 * np.array([np.cos(t / 3) - 1, np.sin(t / 3)])  # noqa: E731
+    assert first_takeover(circle) == (40, "stall")
+    with pytest.raises(ValueError, match="idle_radius needs the effector"):
+        ScriptedPerson(lambda seed: (lambda obs: obs[:2], lambda: None), lambda obs: 0.0, config=config)
 
 
 def _runs(flags: list[bool]) -> list[int]:
