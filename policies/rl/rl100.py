@@ -46,7 +46,7 @@ from policies.rl.chain_ppo import ChainConfig, Demos, PpoConfig, chain_ppo_updat
 from policies.rl.head import distill_head, head_train, multistep_spec
 from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
-from policies.rl.ope import DynamicsConfig, DynamicsEnsemble, OpeEstimate, action_shift, am_q, compare
+from policies.rl.ope import ActionShift, DynamicsConfig, DynamicsEnsemble, OpeEstimate, action_shift, am_q, compare
 from policies.rl.rounds import RoundOutcome
 from policies.rl.transitions import ChunkTransitions, chunk_transitions, concat_transitions
 from reflexlab.dataset import Dataset, load_dataset
@@ -148,9 +148,14 @@ class Rl100Round:
 
         if stage == "online":  # the deployed version's own states; the robot's next episodes judge the result
             states = _latest_version_windows(rollouts, episodes)
+            region = self._region(policy, spec, states, data.action_std, round_)
             anchor = _demo_windows(cfg.demos, spec) if cfg.online_ppo.bc_weight > 0 else None
-            stats = self._ppo(policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_, demos=anchor)
-            numbers |= {"ppo": stats, "ppo_windows": len(states)}
+            stats = self._ppo(
+                policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_, demos=anchor, region=region
+            )
+            numbers |= {"ppo": stats, "ppo_windows": len(states), "stopped_at_trust_region": stats["left_region"]}
+            if stats["iterations"] == 0:
+                return RoundOutcome(None, numbers, stage, reason=_first_step_left(stats, region))
             return RoundOutcome(_save(policy, extra, out, stage, numbers), numbers, stage)
 
         ensemble = DynamicsEnsemble(data.obs_horizon, data.obs_dim, data.chunk, data.action_dim, cfg.dynamics)
@@ -162,34 +167,42 @@ class Rl100Round:
             act = _deterministic_act(candidate, spec, cfg.sampling_steps, executed, seed=cfg.seed + round_)
             return am_q(act, critics, ensemble, start, cfg.ope_horizon, seed=cfg.seed + round_)
 
-        def first_chunks(candidate: GenerativePolicy) -> np.ndarray:  # AM-Q's first step: the same noise
-            return _deterministic_act(candidate, spec, cfg.sampling_steps, executed, seed=cfg.seed + round_)(start)
-
-        deployed, scale = first_chunks(policy), data.action_std
+        region = self._region(policy, spec, start, data.action_std, round_)
         reference, reference_value = copy.deepcopy(policy), estimate(policy)
         anchor = _demo_windows(cfg.demos, spec) if cfg.offline_ppo.bc_weight > 0 else None
         checks: list[dict[str, Any]] = []
         optimizer = make_optimizer(policy, cfg.offline_ppo)
         generator = torch.Generator().manual_seed(cfg.seed + round_)
-        for start_it in range(0, cfg.ppo_iterations, cfg.ope_every):
-            iterations = min(cfg.ope_every, cfg.ppo_iterations - start_it)
+        done, stats = 0, {"left_region": False}
+        while done < cfg.ppo_iterations and not stats["left_region"]:
+            iterations = min(cfg.ope_every, cfg.ppo_iterations - done)
             stats = self._ppo(
-                policy, data.window, advantage, cfg.offline_ppo, iterations, round_, optimizer, generator, anchor
+                policy,
+                data.window,
+                advantage,
+                cfg.offline_ppo,
+                iterations,
+                round_,
+                optimizer,
+                generator,
+                anchor,
+                region,
             )
-            candidate = estimate(policy)
-            shift = action_shift(first_chunks(policy), deployed, scale)
-            inside = cfg.max_action_shift is None or shift.mean <= cfg.max_action_shift
-            verdict = compare(candidate, reference_value, cfg.min_improvement, shift, cfg.max_action_shift)
+            if stats["iterations"] == 0:  # the policy is the last check's (or the deployed one): nothing new to judge
+                break
+            done += stats["iterations"]
+            candidate, shift = estimate(policy), region.shift(policy)
+            verdict = compare(candidate, reference_value, cfg.min_improvement)
             checks.append(
                 {
-                    "iteration": start_it + iterations,
+                    "iteration": done,
                     "candidate": candidate.value,
                     "candidate_stderr": candidate.stderr,
                     "reference": reference_value.value,
                     "disagreement": candidate.disagreement,
                     "action_shift": shift.mean,
                     "action_shift_p90": shift.p90,
-                    "in_trust_region": inside,
+                    "at_trust_region_edge": stats["left_region"],
                     "accepted": verdict.accepted,
                     "reason": verdict.reason,
                     "ppo": stats,
@@ -197,14 +210,29 @@ class Rl100Round:
             )
             if verdict.accepted:
                 reference, reference_value = copy.deepcopy(policy), candidate
-            _say(f"rl100 round {round_}: PPO iteration {start_it + iterations}/{cfg.ppo_iterations}: {verdict.reason}")
-            if not inside:
-                break
+            _say(f"rl100 round {round_}: PPO iteration {done}/{cfg.ppo_iterations}: {verdict.reason}")
         accepted = sum(c["accepted"] for c in checks)
         numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}
+        numbers["stopped_at_trust_region"] = stats["left_region"]
+        if not checks:
+            return RoundOutcome(None, numbers, stage, reason=_first_step_left(stats, region))
         if not accepted:
             return RoundOutcome(None, numbers, stage, reason=f"OPE accepted none of {len(checks)} candidates")
         return RoundOutcome(_save(reference, extra, out, stage, numbers), numbers, stage)
+
+    def _region(
+        self, policy: GenerativePolicy, spec: Spec, windows: np.ndarray, scale: np.ndarray, round_: int
+    ) -> TrustRegion:
+        """The trust region round ``policy`` (the deployed one) at up to ``ope_rollouts`` of ``windows``."""
+        cfg = self.config
+        rng = np.random.default_rng(cfg.seed + round_)
+        at = windows[rng.choice(len(windows), size=min(cfg.ope_rollouts, len(windows)), replace=False)]
+        executed = slice(spec.observation_horizon - 1, spec.observation_horizon - 1 + spec.execution_horizon)
+
+        def act(candidate: GenerativePolicy) -> np.ndarray:
+            return _deterministic_act(candidate, spec, cfg.sampling_steps, executed, seed=cfg.seed + round_)(at)
+
+        return TrustRegion(act, act(policy), scale, cfg.max_action_shift)
 
     def _ppo(
         self,
@@ -217,23 +245,34 @@ class Rl100Round:
         optimizer: torch.optim.Optimizer | None = None,
         generator: torch.Generator | None = None,
         demos: Demos | None = None,
-    ) -> dict[str, float | int]:
-        """``iterations`` chain-PPO iterations on batches drawn from ``windows``: the last iteration's figures, the
-        optimiser steps taken in all and how many iterations the target KL cut short."""
+        region: TrustRegion | None = None,
+    ) -> dict[str, Any]:
+        """Up to ``iterations`` chain-PPO iterations on batches drawn from ``windows``, each undone and the last
+        when it leaves ``region``: the last kept iteration's figures, how many were kept (``iterations``), the
+        optimiser steps taken, how many iterations the target KL cut short, and whether (``left_region``) and how far
+        (``shift_beyond``) the policy left the region."""
         generator = generator or torch.Generator().manual_seed(self.config.seed + round_)
         optimizer = optimizer or make_optimizer(policy, ppo)
         obs = torch.as_tensor(windows, dtype=torch.float32)
-        stats, updates, stopped = None, 0, 0
+        stats, updates, stopped, kept = None, 0, 0, 0
+        out: dict[str, Any] = {"left_region": False}
+        guard = region if region is not None and region.bound is not None else None
+        before: dict[str, torch.Tensor] = {}
         for _ in range(iterations):
+            if guard is not None:
+                before = copy.deepcopy(policy.state_dict())
             idx = torch.randint(len(obs), (min(self.config.ppo_batch, len(obs)),), generator=generator)
-            stats = chain_ppo_update(
+            step = chain_ppo_update(
                 policy, obs[idx], None, advantage, ppo, self.config.chain, generator, optimizer, demos
             )
-            updates, stopped = updates + stats.updates, stopped + stats.stopped_early
-        if stats is None:
-            return {}
-        last = {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)}
-        return last | {"updates": updates, "iterations_stopped_by_kl": stopped}
+            updates, stopped = updates + step.updates, stopped + step.stopped_early
+            if guard is not None and not guard.holds(shift := guard.shift(policy)):
+                policy.load_state_dict(before)
+                out |= {"left_region": True, "shift_beyond": shift.mean}
+                break
+            stats, kept = step, kept + 1
+        last = {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)} if stats else {}
+        return last | out | {"iterations": kept, "updates": updates, "iterations_stopped_by_kl": stopped}
 
     def _distill(self, dataset: Path, checkpoint: Path, out: Path) -> RoundOutcome:
         """The consistency head of the improved policy, on the demonstrations' and the episodes' observations."""
@@ -243,6 +282,37 @@ class Rl100Round:
 def _say(line: str) -> None:
     """Progress of a long round, on stderr beside the learner's own lines (a round takes minutes on a CPU)."""
     print(line, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class TrustRegion:
+    """How far PPO may move the deployed policy (`Rl100Config.max_action_shift`; `policies.rl.ope` says why).
+
+    Attributes:
+        act: a policy → its executed chunks (B, chunk, A) at the region's windows, under the same noise each call.
+        deployed: ``act`` of the deployed policy.
+        scale: (A,) the data's action std per dimension.
+        bound: the most `shift`'s mean may be; None: no region (every policy holds).
+    """
+
+    act: Any
+    deployed: np.ndarray
+    scale: np.ndarray
+    bound: float | None
+
+    def shift(self, policy: GenerativePolicy) -> ActionShift:
+        return action_shift(self.act(policy), self.deployed, self.scale)
+
+    def holds(self, shift: ActionShift) -> bool:
+        return self.bound is None or shift.mean <= self.bound  # a NaN shift does not hold
+
+
+def _first_step_left(stats: dict[str, Any], region: TrustRegion) -> str:
+    """Why a round deploys nothing when PPO's first iteration already left the trust region."""
+    return (
+        f"PPO's first iteration moved the actions {stats.get('shift_beyond', float('nan')):.3g} action std, beyond "
+        f"the trust region ({region.bound}): nothing to deploy"
+    )
 
 
 def _latest_version_windows(ds: Dataset, transitions: ChunkTransitions) -> np.ndarray:

@@ -189,18 +189,3 @@ def test_action_shift_is_the_rms_move_in_action_std_per_window() -> None:
         action_shift(candidate, deployed, np.array([1.0, 0.0]))
     with pytest.raises(ValueError, match="non-finite"):
         action_shift(np.full_like(deployed, np.nan), deployed, np.ones(2))
-
-
-def test_compare_rejects_a_better_estimate_outside_the_trust_region_and_says_how_far_it_moved() -> None:
-    better, reference = estimate(2.0), estimate(1.0)
-    inside = compare(better, reference, shift=ActionShift(0.04, 0.1), max_shift=0.05)
-    assert inside.accepted
-    outside = compare(better, reference, shift=ActionShift(0.19, 0.4), max_shift=0.05)
-    assert not outside.accepted
-    assert "outside the trust region: actions moved 0.19 action std" in outside.reason and "p90 0.4" in outside.reason
-    assert not compare(better, reference, shift=ActionShift(float("nan"), 0.0), max_shift=0.05).accepted
-    assert compare(better, reference, shift=ActionShift(9.0, 9.0)).accepted  # no bound given: AM-Q alone
-    with pytest.raises(ValueError, match="trust region needs"):
-        compare(better, reference, max_shift=0.05)
-    with pytest.raises(ValueError, match="trust region needs"):
-        compare(better, reference, shift=ActionShift(0.0, 0.0), max_shift=0.0)

@@ -258,7 +258,7 @@ def _round_figures(work_dir: Path, rows: list[dict[str, Any]]) -> dict[str, Any]
         "robot_time_h": sum(s.robot_time_s for s in stats.values()) / 3600.0,
         "ope_accepted": sum(bool(c["accepted"]) for c in ope),
         "ope_rejected": sum(not c["accepted"] for c in ope),
-        "ope_outside_trust_region": sum(not c.get("in_trust_region", True) for c in ope),
+        "rounds_stopped_at_trust_region": sum(bool(r.get("update", {}).get("stopped_at_trust_region")) for r in rows),
         "verdicts": [r.get("verdict") for r in rows],
     }
 

@@ -75,7 +75,7 @@ def _rounds(method: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         "robot_time_h_std": robot_std,
         "ope_accepted": [r["ope_accepted"] for r in runs],
         "ope_rejected": [r["ope_rejected"] for r in runs],
-        "ope_outside_trust_region": [r.get("ope_outside_trust_region", 0) for r in runs],
+        "rounds_stopped_at_trust_region": [r.get("rounds_stopped_at_trust_region", 0) for r in runs],
         "per_seed": runs,
     }
 
@@ -188,11 +188,12 @@ def _table(task: str, policies: dict[str, Any], rounds: dict[str, Any], bar: dic
             m,
             " ".join(f"{v:.2f}" for v in r["interventions_per_episode_mean"]),
             _fmt(r["robot_time_h_mean"], r["robot_time_h_std"], 2),
-            f"{sum(r['ope_accepted'])}/{sum(r['ope_rejected'])} ({sum(r['ope_outside_trust_region'])})",
+            f"{sum(r['ope_accepted'])}/{sum(r['ope_rejected'])}",
+            str(sum(r["rounds_stopped_at_trust_region"])),
         )
         for m, r in rounds.items()
     ]
-    header = ("method", "interventions/episode per round", "robot time (h)", "OPE acc/rej (outside trust region)")
+    header = ("method", "interventions/episode per round", "robot time (h)", "OPE acc/rej", "rounds at trust region")
     print_table("rounds", rows, header)
     figures = [(k, str(v["pass"]), str({f: x for f, x in v.items() if f != "pass"})) for k, v in bar.items()]
     print_table("bars", figures, ("bar", "pass", "figures"))
