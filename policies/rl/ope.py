@@ -30,10 +30,10 @@ stochastic policy (a diffusion sampler) should also draw its noise from a genera
 **The trust region** (`action_shift`; RL-100's rounds keep PPO inside it, `policies.rl.rl100`): AM-Q is only as
 good as the critics and the model where the candidate acts, and both are fit on the deployed policy's data. On
 panda-push-t (an SFT scoring 0.80 alone, 30 episodes with the scripted person) PPO's candidates after 25 / 50 / 125
-iterations scored 0.46 / 0.25 / 0.05 alone while AM-Q rated them +0 % / +0.5 % / +8 % and accepted later ones; their
-executed actions had moved 0.080 / 0.095 / 0.142 of the data's action std (8 / 9.5 / 14 mm) from the deployed
-policy's at the same windows and noise. 5,000 more imitation steps move them 0.022. A candidate that moved further
-than the round's bound is judged where nothing was measured, so it is never evaluated.
+iterations scored 0.46 / 0.25 / 0.05 alone while AM-Q rated them −0.1 % / +0.5 % / +8.5 % (and accepted two in
+between); their executed actions had moved 0.080 / 0.095 / 0.142 of the data's action std (8 / 9.5 / 14 mm) from
+the deployed policy's at the same windows and noise. 5,000 more imitation steps move them 0.022. A candidate that
+moved further than the round's bound would be judged where nothing was measured, so it is never evaluated.
 """
 
 from __future__ import annotations
