@@ -2,8 +2,8 @@
 
 * ``TARGET_KL``: chain PPO's early stop per iteration (`policies.rl.chain_ppo.PpoConfig.target_kl` says why it
   needs one).
-* ``MAX_ACTION_SHIFT``: the OPE trust region (`policies.rl.rl100.Rl100Config.max_action_shift`, the reason in
-  `policies.rl.ope`), in the data's action std.
+* ``MAX_ACTION_SHIFT``: the trust region of every round (`policies.rl.rl100.Rl100Config.max_action_shift`, the
+  reason in `policies.rl.ope`), in the data's action std.
 """
 
 TARGET_KL = 0.01

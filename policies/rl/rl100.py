@@ -9,11 +9,14 @@ it are `Rl100Round`, one `policies.rl.rounds.RoundUpdate` whose stage follows fr
   (`policies.rl.chain_ppo`, ε 0.25) at the recorded observation windows, advantage A = min Q(s, a) − V(s) of the
   executed part of each sampled chunk. Every ``ope_every`` iterations AM-Q scores the candidate against the
   reference (the deployed policy at first) on the same start windows, elites and noise, and the reference advances
-  only when the candidate is ≥ ``min_improvement`` better (`policies.rl.ope.compare`) and its executed actions at
-  those windows stayed within ``max_action_shift`` of the deployed policy's (the trust region: `policies.rl.ope`
-  says why). The first candidate outside it ends the round's PPO: Adam carries the weights on in the same direction,
-  so later candidates only move further. What is deployed is the last accepted reference; a round that accepted
-  nothing deploys nothing (the actor keeps its version and collects another round's worth of episodes with it).
+  only when the candidate is ≥ ``min_improvement`` better (`policies.rl.ope.compare`). What is deployed is the last
+  accepted reference; a round that accepted nothing deploys nothing (the actor keeps its version and collects
+  another round's worth of episodes with it).
+* **the trust region** (both stages): after every PPO iteration the policy's executed actions at fixed windows (the
+  OPE start windows; online, the deployed version's) are compared with the deployed policy's under the same noise
+  (`policies.rl.ope.action_shift`, which says why); the iteration that moves them more than ``max_action_shift`` is
+  undone and the round's PPO ends there, so OPE judges, and the online stage deploys, only what stayed inside. On
+  push-T the shift only grew with iterations (0.08 action std at 25, 0.21 at 200), so nothing later would return.
 * **online** (the next ``online_rounds``): the same PPO, ε 0.2, on the windows of the deployed version's own fresh
   episodes, with critics refit on everything so far, and deployed without the OPE gate: the robot's next episodes
   are the evaluation. Deviation from the paper, which keeps each rollout's denoising chain and runs PPO with GAE on
@@ -33,6 +36,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -66,9 +70,9 @@ class Rl100Config:
         ppo_iterations: chain-PPO iterations per round, each on ``ppo_batch`` windows drawn from the data.
         ope_every: iterations between OPE checks (RL-100: ~50); ``ope_rollouts`` start windows, ``ope_horizon``
             chunk steps each; ``min_improvement``: the relative AM-Q gain that advances the reference (paper: 5 %).
-        max_action_shift: the OPE trust region: the most a candidate's executed actions may move from the deployed
-            policy's, mean over the start windows of the per-window RMS in the data's action std
-            (`policies.rl.ope.action_shift`); None: AM-Q alone decides.
+        max_action_shift: the trust region: the most a round's PPO may move the executed actions from the deployed
+            policy's, mean over the region's windows of the per-window RMS in the data's action std
+            (`policies.rl.ope.action_shift`); None: no bound.
         sampling_steps: the deployed DDIM sampler's steps (what OPE scores; the chain PPO's K is ``chain``'s).
         distill_train: the consistency head's training (`policies.rl.head.head_train`: its targets are the improved
             policy's 10-step DDIM samples, the sampler OPE scored and the rounds deployed).
@@ -247,10 +251,10 @@ class Rl100Round:
         demos: Demos | None = None,
         region: TrustRegion | None = None,
     ) -> dict[str, Any]:
-        """Up to ``iterations`` chain-PPO iterations on batches drawn from ``windows``, each undone and the last
-        when it leaves ``region``: the last kept iteration's figures, how many were kept (``iterations``), the
+        """Up to ``iterations`` chain-PPO iterations on batches drawn from ``windows``, ending at (and undoing) the
+        first that leaves ``region``: the last kept iteration's figures, how many were kept (``iterations``), the
         optimiser steps taken, how many iterations the target KL cut short, and whether (``left_region``) and how far
-        (``shift_beyond``) the policy left the region."""
+        (``shift_beyond``) the undone iteration left the region."""
         generator = generator or torch.Generator().manual_seed(self.config.seed + round_)
         optimizer = optimizer or make_optimizer(policy, ppo)
         obs = torch.as_tensor(windows, dtype=torch.float32)
@@ -295,7 +299,7 @@ class TrustRegion:
         bound: the most `shift`'s mean may be; None: no region (every policy holds).
     """
 
-    act: Any
+    act: Callable[[GenerativePolicy], np.ndarray]
     deployed: np.ndarray
     scale: np.ndarray
     bound: float | None

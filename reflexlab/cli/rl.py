@@ -282,8 +282,8 @@ class Rl100(_RealWorldRl):
     ppo_target_kl: float | None = TARGET_KL
     """stop a PPO iteration's epochs once a minibatch's KL to the sampling policy passes 1.5x this (None: no limit)."""
     max_action_shift: float | None = MAX_ACTION_SHIFT
-    """OPE's trust region: reject a candidate whose executed actions moved more than this (data's action std, mean
-    RMS over the start windows) from the deployed policy's, and end the round's PPO there (None: AM-Q alone)."""
+    """trust region: the most a round's PPO may move the executed actions from the deployed policy's (data's action
+    std, mean RMS over fixed windows); the iteration that crosses it is undone and PPO ends (None: no bound)."""
     ppo_bc_weight: float = 0.0
     """weight of the policy's diffusion loss on the demonstrations in every PPO minibatch (an anchor to the data)."""
     critic_steps: int = 3000

@@ -69,7 +69,7 @@ class RealRlBudget:
     ppo_target_kl: float | None = TARGET_KL
     """RL-100's PPO early stop per iteration (`PpoConfig.target_kl`)."""
     max_action_shift: float | None = MAX_ACTION_SHIFT
-    """RL-100's OPE trust region (`Rl100Config.max_action_shift`)."""
+    """RL-100's trust region per round (`Rl100Config.max_action_shift`)."""
     ppo_bc_weight: float = 0.0
     """RL-100's PPO anchor: the weight of the diffusion loss on the demonstrations (`PpoConfig.bc_weight`)."""
     dynamics_steps: int = 3000
