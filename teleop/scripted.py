@@ -123,7 +123,7 @@ class ScriptedPerson:
             return False
         if c.idle_radius is None:
             return True
-        recent = np.array(self._path)[-c.stall_steps :]
+        recent = np.array(self._path)  # the last stall_steps positions (the deque's length)
         return bool(np.linalg.norm(recent - recent.mean(0), axis=1).max() <= c.idle_radius)
 
     def act(self, obs: np.ndarray) -> np.ndarray:

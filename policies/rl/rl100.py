@@ -158,7 +158,7 @@ class Rl100Round:
                 policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_, demos=anchor, region=region
             )
             numbers |= {"ppo": stats, "ppo_windows": len(states), "stopped_at_trust_region": stats["left_region"]}
-            if stats["iterations"] == 0:
+            if stats["left_region"] and stats["iterations"] == 0:
                 return RoundOutcome(None, numbers, stage, reason=_first_step_left(stats, region))
             return RoundOutcome(_save(policy, extra, out, stage, numbers), numbers, stage)
 
@@ -218,7 +218,7 @@ class Rl100Round:
         accepted = sum(c["accepted"] for c in checks)
         numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}
         numbers["stopped_at_trust_region"] = stats["left_region"]
-        if not checks:
+        if not checks and stats["left_region"]:
             return RoundOutcome(None, numbers, stage, reason=_first_step_left(stats, region))
         if not accepted:
             return RoundOutcome(None, numbers, stage, reason=f"OPE accepted none of {len(checks)} candidates")
@@ -314,7 +314,7 @@ class TrustRegion:
 def _first_step_left(stats: dict[str, Any], region: TrustRegion) -> str:
     """Why a round deploys nothing when PPO's first iteration already left the trust region."""
     return (
-        f"PPO's first iteration moved the actions {stats.get('shift_beyond', float('nan')):.3g} action std, beyond "
+        f"PPO's first iteration moved the actions {stats['shift_beyond']:.3g} action std, beyond "
         f"the trust region ({region.bound}): nothing to deploy"
     )
 

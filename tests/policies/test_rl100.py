@@ -105,6 +105,8 @@ def test_ppo_stops_at_the_trust_regions_edge_and_only_what_stayed_inside_is_judg
         assert "PPO's first iteration moved the actions" in none.reason
         assert "beyond the trust region (1e-06)" in none.reason
     assert none.numbers["ppo"]["iterations"] == 0 and none.numbers["ppo"]["shift_beyond"] > 1e-6
+    idle = Rl100Round(dataclasses.replace(tiny, ppo_iterations=0))(dataset, sft, tmp_path / "idle", 1)
+    assert idle.reason.endswith("OPE accepted none of 0 candidates")  # no PPO asked for: nothing left the region
 
 
 def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_round_makes_a_head(
