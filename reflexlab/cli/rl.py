@@ -23,7 +23,7 @@ from typing import IO, TYPE_CHECKING, Annotated, ClassVar, Literal
 
 import tyro
 
-from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
+from policies.rl.limits import HEAD_STEPS, MAX_ACTION_SHIFT, TARGET_KL
 from reflexlab.env import SingleEnv
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ class Select(_RealWorldRl):
     head: bool = True
     """after the rounds, one more distils the last policy into the one-step consistency head the robot serves
     (policies.rl.head); --no-head: the multi-step policy stays deployed."""
-    head_steps: int = 3000
+    head_steps: int = HEAD_STEPS
     """optimiser steps of the head."""
 
     method: ClassVar[str] = "select"
@@ -286,11 +286,14 @@ class Rl100(_RealWorldRl):
     std, mean RMS over fixed windows); the iteration that crosses it is undone and PPO ends (None: no bound)."""
     ppo_bc_weight: float = 0.0
     """weight of the policy's diffusion loss on the demonstrations in every PPO minibatch (an anchor to the data)."""
+    ppo_advantage: Literal["critics", "random"] = "critics"
+    """what points PPO: the critics (RL-100), or random: the control, N(0, 1) advantages through the same rounds,
+    which a gain must beat to count as learning (policies.rl.rl100.Rl100Config.advantage)."""
     critic_steps: int = 3000
     """optimiser steps of the IQL critics per round."""
     dynamics_steps: int = 3000
     """optimiser steps of the OPE dynamics ensemble per round."""
-    distill_steps: int = 3000
+    distill_steps: int = HEAD_STEPS
     """optimiser steps of the consistency head (distill)."""
 
     method = "rl100"
@@ -332,6 +335,7 @@ class Rl100(_RealWorldRl):
             max_action_shift=self.max_action_shift,
             sampling_steps=self.sampling_steps,
             distill_train=dataclasses.replace(base.distill_train, max_steps=self.distill_steps),
+            advantage=self.ppo_advantage,
             seed=self.seed,
         )
         if config.rounds == 0:

@@ -32,9 +32,8 @@ def bench(tmp_path: Path, *args: str) -> dict:
 def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
     metrics = bench(tmp_path, "--task", "panda-push-t")
     policies, rounds = metrics["policies"], metrics["rounds"]
-    assert {"sft", "awbc", "habc", "habc-unaware", "select", "select-head", "rl100-online", "rl100-head"} <= set(
-        policies
-    )
+    wanted = {"sft", "awbc", "habc", "habc-unaware", "select", "select-head", "rl100-online", "rl100-head"}
+    assert wanted | {"rl100-random-online", "rl100-random-head"} <= set(policies)
     for name, p in policies.items():
         (run,) = p["per_seed"]
         assert 0.0 <= run["success"] <= 1.0 and run["sampling_steps"] == (1 if name.endswith("-head") else 2)
@@ -49,6 +48,10 @@ def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
     assert rl100["verdicts"][0] in ("deployed", "kept") and rl100["verdicts"][-1] == "final"
     checks = rl100["ope_accepted"] + rl100["ope_rejected"]  # one offline round, two OPE checks, unless its PPO
     assert checks == 2 or (checks < 2 and rl100["rounds_stopped_at_trust_region"] >= 1)  # stopped at the edge
+    (control,) = rounds["rl100-random"]["per_seed"]  # the control ran the same rounds on the same episode seeds
+    assert control["episodes_per_round"] == rl100["episodes_per_round"]
+    gap = metrics["controls"]["rl100_online_minus_random_control"]["per_seed"]
+    assert gap == [policies["rl100-online"]["success_mean"] - policies["rl100-random-online"]["success_mean"]]
     assert {"rl100_success_ge_0.98", "rl100_robot_time_le_2h", "head_p99_le_1ms"} <= set(metrics["bars"])
     assert {"select_head_success_ge_0.97x_multistep", "select_head_p99_le_1ms"} <= set(metrics["bars"])
     assert all(isinstance(b["pass"], bool) for b in metrics["bars"].values())
@@ -98,3 +101,16 @@ def test_bars_judge_the_numbers_and_serialise() -> None:
     assert got["select_head_p99_le_1ms"] == {"value_us": 1200.0, "pass": False}
     drop = got["rl100_no_accepted_round_worse_by_1se"]  # 0.8 → 0.2 over 10 episodes: 4.7 standard errors
     assert drop["pass"] is False and abs(drop["worst_drop_in_se"] - 0.6 / (0.16 / 10) ** 0.5) < 1e-9
+
+
+def test_the_control_gap_is_paired_per_seed_and_left_out_where_a_stage_deployed_nothing() -> None:
+    from reflexlab.cli.bench.realrl_report import controls
+
+    def seed(method: float, control: float) -> dict:
+        return {"policies": {"rl100-online": {"success": method}, "rl100-random-online": {"success": control}}}
+
+    got = controls({0: seed(0.8, 0.7), 1: seed(0.6, 0.7)} | {2: seed(0.75, 0.75)})
+    assert set(got) == {"rl100_online_minus_random_control"}  # no offline or head policy on any seed
+    gap = got["rl100_online_minus_random_control"]
+    assert gap["per_seed"] == pytest.approx([0.1, -0.1, 0.0]) and gap["mean"] == pytest.approx(0.0)
+    assert gap["std"] == pytest.approx(0.1)

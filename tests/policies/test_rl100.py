@@ -125,6 +125,25 @@ def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_r
         update(dataset, head.checkpoint, tmp_path / "again", 1)
 
 
+def test_the_random_advantage_control_moves_the_policy_but_not_forward(
+    reach: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """The control runs the same online round with N(0, 1) draws for the critics' advantage: PPO moves the policy as
+    it always does, but the reach's forward steps rise only where the critics point."""
+    dataset, sft = reach
+    before = forward_fraction(sft)
+    rounds = {a: Rl100Round(dataclasses.replace(CONFIG, demos=dataset, advantage=a)) for a in ("critics", "random")}
+    learned, control = (rounds[a](dataset, sft, tmp_path / a, 2) for a in ("critics", "random"))
+    after, scattered = forward_fraction(learned.checkpoint), forward_fraction(control.checkpoint)
+    assert after > before + 0.1 and after > scattered + 0.1, (before, after, scattered)  # 0.35 → 0.48 vs 0.32
+    assert abs(scattered - before) < 0.1, (before, scattered)
+    assert control.numbers["ppo"]["clip_fraction"] > 0.1  # the control's updates moved the policy
+    assert control.numbers["ppo"]["iterations"] == learned.numbers["ppo"]["iterations"] == CONFIG.ppo_iterations
+    assert 0.8 < control.numbers["ppo"]["advantage_std"] < 1.2  # the draws, not the critics' (~0.1 here)
+    with pytest.raises(ValueError, match="'critics' or 'random' \\(the control\\), not 'randm'"):
+        Rl100Config(demos=dataset, advantage="randm")  # type: ignore[arg-type]
+
+
 def test_the_ppo_anchor_reads_the_demonstrations_and_the_round_counts_the_kl_stops(
     reach: tuple[Path, Path], tmp_path: Path
 ) -> None:

@@ -6,7 +6,8 @@ scene as fast as it goes, robot time = steps × control period, the scripted per
 arbiter; the learner here): single-critic AWBC, HABC, HABC without intervention-aware credit, critic-guided
 self-distillation (``select``: IQL's picks among the policy's own chunks as BC targets beside the demonstrations,
 `policies.rl.selection`; ``habc-select``: the picks added to HABC's weighted episodes), and RL-100
-(offline rounds gated by OPE, online rounds, the consistency head). Every method starts from the same SFT
+(offline rounds gated by OPE, online rounds, the consistency head) with its control (``rl100-random``: the same
+rounds with N(0, 1) advantages, `policies.rl.rl100.Rl100Config.advantage`). Every method starts from the same SFT
 checkpoint, collects the same number of episodes per round and its episode k runs the same seed.
 
 Each resulting policy is then evaluated without a person on the same ``eval_episodes`` seeded episodes (seeds
@@ -30,11 +31,11 @@ from typing import Any, Literal
 import numpy as np
 import tyro
 
-from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
+from policies.rl.limits import HEAD_STEPS, MAX_ACTION_SHIFT, TARGET_KL
 from reflexlab.bench import machine, write_json
 from reflexlab.cli.bench.common import BenchOptions
 
-RlMethod = Literal["awbc", "habc", "habc-unaware", "habc-select", "select", "rl100"]
+RlMethod = Literal["awbc", "habc", "habc-unaware", "habc-select", "select", "rl100", "rl100-random"]
 EVAL_SEED = 100_000
 
 
@@ -73,7 +74,7 @@ class RealRlBudget:
     ppo_bc_weight: float = 0.0
     """RL-100's PPO anchor: the weight of the diffusion loss on the demonstrations (`PpoConfig.bc_weight`)."""
     dynamics_steps: int = 3000
-    distill_steps: int = 3000
+    distill_steps: int = HEAD_STEPS
     sampling_steps: int = 10
     """the deployed multi-step sampler's steps (DDIM)."""
     eval_episodes: int = 200
@@ -107,7 +108,7 @@ class RealRlBench(BenchOptions):
     """an arm demonstration task: panda-push-t (RL-100's bars) or panda-peg-insert (HABC's bars)."""
     work_dir: Path = Path("runs/realrl")
     """demos, SFT policies and each method's work folder; whatever is missing is made first."""
-    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "select", "rl100")
+    methods: tuple[RlMethod, ...] = ("awbc", "habc", "habc-unaware", "select", "rl100", "rl100-random")
     """the methods run after SFT (SFT itself is always evaluated)."""
     train_seeds: tuple[int, ...] = (0, 1, 2)
     """training seeds; figures are mean ± std over them."""
@@ -201,14 +202,14 @@ def _command(
             **common, rounds=budget.rounds, k=budget.select_k, update_steps=budget.update_steps,
             critic_steps=budget.select_critic_steps, head_steps=budget.distill_steps,
         )  # fmt: skip
-    if method == "rl100":
+    if method in ("rl100", "rl100-random"):
         return Rl100(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
             online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
             ppo_lr=budget.ppo_lr, ppo_target_kl=budget.ppo_target_kl, ppo_bc_weight=budget.ppo_bc_weight,
             max_action_shift=budget.max_action_shift,
             critic_steps=budget.critic_steps, dynamics_steps=budget.dynamics_steps,
-            distill_steps=budget.distill_steps,
+            distill_steps=budget.distill_steps, ppo_advantage="random" if method == "rl100-random" else "critics",
         )  # fmt: skip
     return Habc(
         **common, rounds=budget.rounds, update_steps=budget.update_steps, critic_steps=budget.critic_steps,
@@ -232,14 +233,17 @@ def _rows(work_dir: Path) -> list[dict[str, Any]]:
 
 def _policies(method: RlMethod, rows: list[dict[str, Any]], budget: RealRlBudget) -> dict[str, tuple[Path, int]]:
     """The checkpoints to evaluate: the method's last deployed multi-step policy and its one-step head (``-head``);
-    RL-100's after each stage."""
+    RL-100's (and its control's) after each stage."""
     found: dict[str, tuple[Path, int]] = {}
     for row in (r for r in rows if r.get("verdict") == "deployed"):
         stage = row["stage"]
         if stage == "distill":
             found[f"{method}-head"] = (Path(row["checkpoint"]), 1)
         else:
-            found[f"rl100-{stage}" if method == "rl100" else method] = (Path(row["checkpoint"]), budget.sampling_steps)
+            found[f"{method}-{stage}" if method.startswith("rl100") else method] = (
+                Path(row["checkpoint"]),
+                budget.sampling_steps,
+            )
     return found
 
 

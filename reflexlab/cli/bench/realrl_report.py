@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 
 ORDER = (
     "sft", "awbc", "habc", "habc-unaware", "habc-select", "select", "select-head", "rl100-offline", "rl100-online",
-    "rl100-head",
+    "rl100-head", "rl100-random-offline", "rl100-random-online", "rl100-random-head",
 )  # fmt: skip
 TWO_HOURS = 2.0
 
@@ -53,11 +53,12 @@ def report(task: str, per_seed: dict[int, dict[str, Any]], episodes: int, out_di
         "policies": policies,
         "rounds": rounds,
         "bars": bars(task, policies, rounds),
+        "controls": controls(per_seed),
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     metrics["plot"] = str(plot(task, policies, rounds, out_dir / f"realrl_{task}.png"))
     if talk:
-        _table(task, policies, rounds, metrics["bars"])
+        _table(task, policies, rounds, metrics["bars"], metrics["controls"])
     return metrics
 
 
@@ -123,6 +124,22 @@ def bars(task: str, policies: dict[str, Any], rounds: dict[str, Any]) -> dict[st
     return out
 
 
+def controls(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """RL-100 against its random-advantage control, stage by stage: the success difference on the same evaluation
+    episodes, paired per training seed (mean ± std over seeds, and each seed's). A gain that does not beat the control
+    is the scatter of moving the policy, not learning (`policies.rl.rl100.Rl100Config.advantage`)."""
+    out: dict[str, Any] = {}
+    pairs = [s["policies"] for s in per_seed.values()]
+    for stage in ("offline", "online", "head"):
+        method, control = f"rl100-{stage}", f"rl100-random-{stage}"
+        if not all(method in p and control in p for p in pairs):
+            continue
+        gaps = [p[method]["success"] - p[control]["success"] for p in pairs]
+        mean, std = _mean_std(gaps)
+        out[f"rl100_{stage}_minus_random_control"] = {"mean": mean, "std": std, "per_seed": gaps}
+    return out
+
+
 def _head_bars(prefix: str, head: dict[str, Any] | None, multistep: float | None) -> dict[str, Any]:
     """The served one-step head's bars: ≥ 0.97× the multi-step policy's success, onnxruntime p99 ≤ 1 ms."""
     if head is None:
@@ -177,7 +194,9 @@ def _fmt(mean: float | None, std: float | None, digits: int = 3) -> str:
     return "-" if mean is None else f"{mean:.{digits}f} ± {std or 0.0:.{digits}f}"
 
 
-def _table(task: str, policies: dict[str, Any], rounds: dict[str, Any], bar: dict[str, Any]) -> None:
+def _table(
+    task: str, policies: dict[str, Any], rounds: dict[str, Any], bar: dict[str, Any], control: dict[str, Any]
+) -> None:
     rows = [
         (n, _fmt(p["success_mean"], p["success_std"]), _fmt(p["time_to_success_s_mean"], p["time_to_success_s_std"], 2))
         for n, p in policies.items()
@@ -197,3 +216,6 @@ def _table(task: str, policies: dict[str, Any], rounds: dict[str, Any], bar: dic
     print_table("rounds", rows, header)
     figures = [(k, str(v["pass"]), str({f: x for f, x in v.items() if f != "pass"})) for k, v in bar.items()]
     print_table("bars", figures, ("bar", "pass", "figures"))
+    gaps = [(k, _fmt(v["mean"], v["std"])) for k, v in control.items()]
+    if gaps:
+        print_table("RL-100 against its random-advantage control (paired per seed)", gaps, ("stage", "success gap"))
