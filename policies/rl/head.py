@@ -27,9 +27,10 @@ def head_train(steps: int = HEAD_STEPS) -> TrainConfig:
     but cost 10× as much to draw for every window of the demonstrations and episodes.
 
     The steps: on panda-push-t (RL-100's online policy, 0.775 alone over 200 episodes; 200 demonstrations and 350
-    episodes of windows) a 3,000-step head kept 0.56 of it (0.72×), a 20,000-step one 0.755 (0.97×, the issue's
-    bar); the 20,000-step run's checkpoints at 5,000 / 10,000 / 15,000 steps, before its learning rate decayed, scored
-    0.635 / 0.68 / 0.73. 20,000 steps take ~29 min on one CPU core: the learner's time, not the robot's."""
+    episodes of windows) a 3,000-step head kept 0.56 of it (0.72×); 20,000-step heads 0.755 and 0.72 (seeds 0, 1:
+    0.97× and 0.93×), and 0.695 of the random-advantage control's 0.73 (0.95×). The seed-0 run's checkpoints at
+    5,000 / 10,000 / 15,000 steps, before its learning rate decayed, scored 0.635 / 0.68 / 0.73: still rising.
+    20,000 steps take ~27–29 min on one CPU core: the learner's time, not the robot's."""
     return TrainConfig(
         method="consistency",
         max_steps=steps,
