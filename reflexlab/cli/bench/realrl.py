@@ -36,6 +36,7 @@ from reflexlab.bench import machine, write_json
 from reflexlab.cli.bench.common import BenchOptions
 
 RlMethod = Literal["awbc", "habc", "habc-unaware", "habc-select", "select", "rl100", "rl100-random"]
+RL100_METHODS: tuple[RlMethod, ...] = ("rl100", "rl100-random")  # RL-100 and its random-advantage control
 EVAL_SEED = 100_000
 
 
@@ -202,7 +203,7 @@ def _command(
             **common, rounds=budget.rounds, k=budget.select_k, update_steps=budget.update_steps,
             critic_steps=budget.select_critic_steps, head_steps=budget.distill_steps,
         )  # fmt: skip
-    if method in ("rl100", "rl100-random"):
+    if method in RL100_METHODS:
         return Rl100(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
             online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
@@ -240,7 +241,7 @@ def _policies(method: RlMethod, rows: list[dict[str, Any]], budget: RealRlBudget
         if stage == "distill":
             found[f"{method}-head"] = (Path(row["checkpoint"]), 1)
         else:
-            found[f"{method}-{stage}" if method.startswith("rl100") else method] = (
+            found[f"{method}-{stage}" if method in RL100_METHODS else method] = (
                 Path(row["checkpoint"]),
                 budget.sampling_steps,
             )
