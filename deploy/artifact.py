@@ -32,6 +32,9 @@ OUTPUT_NAME = "action"
 # (batch, action_chunk, action_size) ~ N(0, I) → action_chunk (batch, action_chunk, action_size),
 # raw actions (targets = Spec.action.to_targets). The caller owns the noise so runs are reproducible.
 NOISE_NAME = "noise"
+# A generator whose sampler is a chain of K Gaussian denoising steps (RL-100's exploring actor) takes their noise too,
+# right after "noise": float32 (batch, K, action_chunk, action_size) ~ N(0, I), step k's draw at index k.
+STEP_NOISE_NAME = "step_noise"
 CHUNK_OUTPUT_NAME = "action_chunk"
 # Generators with cameras (Spec.images) take one more input per camera, after obs and noise, in the
 # Spec's order: "image.<name>", uint8 RGB (batch, observation_horizon, 3, height, width), oldest first.
@@ -82,6 +85,9 @@ class GraphFacts:
             raw action units; None when it clips nothing.
         method: a generator's sampling method (``diffusion``, ``consistency``, …), None if not one of ours.
         steps: the network evaluations per chunk that ``method`` was unrolled to.
+        chain_sigmas: a generator taking ``step_noise``: the σ (normalised action units) its K steps scale their
+            noise by, in step order; all 0 for a deterministic sampler that takes the input and ignores it. None: no
+            such input.
     """
 
     spec_scales: bool
@@ -90,6 +96,7 @@ class GraphFacts:
     action_bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None
     method: str | None = None
     steps: int | None = None
+    chain_sigmas: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.obs_normalization not in OBS_NORMALIZATIONS:
@@ -144,6 +151,16 @@ def interface_metadata(spec: Spec, facts: GraphFacts) -> dict[str, str]:
             "std": 1.0,
             "independent": True,
         }
+        if facts.chain_sigmas is not None:
+            inputs[STEP_NOISE_NAME] = {
+                "dtype": "float32",
+                "shape": ["batch", len(facts.chain_sigmas), spec.action_chunk, a.size],
+                "holds": "the noise of each denoising step, in step order: independent standard normal samples, drawn "
+                "afresh for every chunk; step k adds sigmas[k] times its draw (record it to replay the chain)",
+                "distribution": "standard_normal",
+                "sigmas": list(facts.chain_sigmas),
+                "independent": True,
+            }
         for i in spec.images:
             inputs[IMAGE_INPUT_PREFIX + i.name] = {
                 "dtype": "uint8",
@@ -245,6 +262,13 @@ def _usage(spec: Spec, facts: GraphFacts, inputs: dict[str, Any], out_name: str,
             f"Input {NOISE_NAME!r}: float32 {_shape_text(inputs[NOISE_NAME]['shape'])}, independent standard normal "
             "samples, drawn afresh for every chunk."
         )
+        if STEP_NOISE_NAME in inputs:
+            stochastic = any(inputs[STEP_NOISE_NAME]["sigmas"])
+            parts.append(
+                f"Input {STEP_NOISE_NAME!r}: float32 {_shape_text(inputs[STEP_NOISE_NAME]['shape'])}, the same kind of "
+                "samples for each denoising step"
+                + (" (this file's steps add them: it explores)." if stochastic else " (this file ignores them).")
+            )
         for name, image in inputs.items():
             if name.startswith(IMAGE_INPUT_PREFIX):
                 parts.append(f"Input {name!r}: uint8 {_shape_text(image['shape'])}, {image['holds']}.")

@@ -15,6 +15,7 @@ the same contract.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import warnings
 from pathlib import Path
@@ -31,6 +32,7 @@ from deploy.artifact import (
     INPUT_NAME,
     NOISE_NAME,
     OUTPUT_NAME,
+    STEP_NOISE_NAME,
     ExportError,
     GraphFacts,
     image_input_names,
@@ -41,6 +43,7 @@ from deploy.artifact import (
 from policies.actor import LoadedPolicy
 from policies.generative.methods import METHODS
 from policies.generative.policy import GenerativePolicy, MultiStepSampler, OneStepGenerator
+from policies.rl.chain_ppo import ChainConfig, ChainSampler
 from reflexlab import __version__
 from reflexlab.io import file_sha256
 from reflexlab.spec import Spec
@@ -91,8 +94,10 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
     (B, action_chunk, action_size) ~ N(0, I); it returns raw actions (B, action_chunk, action_size),
     index 0 aligned with the oldest observation (see `deploy.artifact`). A Spec with ``images`` adds one
     argument per camera after the noise, uint8 (B, observation_horizon, 3, height, width), exported as
-    the input ``image.<name>``. ``metadata`` (e.g. the checkpoint's ``checkpoint_sha256``, the teacher,
-    the distillation run) is stored beside the Spec; keys starting ``reflexlab_`` are the exporter's.
+    the input ``image.<name>``; ``facts.chain_sigmas`` one before the cameras, the chain's per-step noise (B, K,
+    action_chunk, action_size), exported as ``step_noise``. ``metadata`` (e.g. the checkpoint's
+    ``checkpoint_sha256``, the teacher, the distillation run) is stored beside the Spec; keys starting ``reflexlab_``
+    are the exporter's.
     ``facts`` states what ``module`` does inside (observation scaling, output clipping, sampling method),
     written into the file for its readers.
     The module's output shape is checked first, so a mismatch is an `ExportError` naming both shapes
@@ -109,14 +114,15 @@ def export_generator(module: nn.Module, spec: Spec, out: Path, metadata: dict[st
     module = module.eval()
     obs = torch.zeros(1, spec.observation_horizon, spec.policy_obs.size)
     noise = torch.zeros(1, spec.action_chunk, spec.action.size)
+    chain = () if facts.chain_sigmas is None else (torch.zeros(1, len(facts.chain_sigmas), *noise.shape[1:]),)
     images = tuple(torch.zeros(1, spec.observation_horizon, *i.shape, dtype=torch.uint8) for i in spec.images)
     with torch.no_grad():
-        got = tuple(module(obs, noise, *images).shape)
+        got = tuple(module(obs, noise, *chain, *images).shape)
     want = tuple(noise.shape)
     if got != want:
         raise ExportError(f"generator output has shape {got} for noise {want}; it must equal the noise's (B, H, A)")
-    names = [INPUT_NAME, NOISE_NAME, *image_input_names(spec)]
-    _write(module, (obs, noise, *images), names, CHUNK_OUTPUT_NAME, spec, facts, metadata, out)
+    names = [INPUT_NAME, NOISE_NAME, *([STEP_NOISE_NAME] if chain else []), *image_input_names(spec)]
+    _write(module, (obs, noise, *chain, *images), names, CHUNK_OUTPUT_NAME, spec, facts, metadata, out)
 
 
 def _write(
@@ -172,17 +178,21 @@ def verify_generator(
     obs: np.ndarray,
     noise: np.ndarray,
     images: dict[str, np.ndarray] | None = None,
+    step_noise: np.ndarray | None = None,
 ) -> float:
     """Max abs error between onnxruntime and torch for obs (B, To, n) and noise (B, H, A) (float32), plus the
-    frames {camera: (B, To, 3, H, W) uint8} of a generator with cameras (in its Spec's order)."""
+    frames {camera: (B, To, 3, H, W) uint8} of a generator with cameras (in its Spec's order) and the per-step noise
+    (B, K, H, A) of a chain sampler."""
     obs, noise = np.asarray(obs, dtype=np.float32), np.asarray(noise, dtype=np.float32)
+    chain = [] if step_noise is None else [np.asarray(step_noise, dtype=np.float32)]
     cameras = [i.name for i in spec_of(Path(onnx_path)).images]
     frames = [np.ascontiguousarray(np.asarray((images or {})[k], dtype=np.uint8)) for k in cameras]
     with torch.no_grad():
-        expected = module.eval()(torch.from_numpy(obs), torch.from_numpy(noise), *map(torch.from_numpy, frames))
+        expected = module.eval()(*map(torch.from_numpy, (obs, noise, *chain, *frames)))
     feeds = {
         INPUT_NAME: obs,
         NOISE_NAME: noise,
+        **({STEP_NOISE_NAME: chain[0]} if chain else {}),
         **{IMAGE_INPUT_PREFIX + k: f for k, f in zip(cameras, frames, strict=True)},
     }
     got = _session(onnx_path).run([CHUNK_OUTPUT_NAME], feeds)[0]
@@ -247,9 +257,14 @@ def export_verified_generator(
     steps: int | None = None,
     tolerance: float = 1e-4,
     sampler_tolerance: float = 2e-3,
+    chain: ChainConfig | None = None,
+    explore: bool = False,
 ) -> dict[str, Any]:
     """Export a generative policy (one-step student, or a policy at ``steps`` unrolled steps) and verify it
     on observation histories ``obs`` (N, To, n) and, for a policy with cameras, their ``images``.
+
+    ``chain``: export a diffusion policy as RL-100's `ChainSampler` instead (``chain.sampling_steps`` steps, taking
+    ``step_noise``): its stochastic chain when ``explore``, else the deterministic DDIM sampler with the same inputs.
 
     Students export as `OneStepGenerator` (one network evaluation); a multi-step policy (or a student
     asked for more steps) as `MultiStepSampler`, so teachers can be served and benchmarked the same way.
@@ -257,9 +272,12 @@ def export_verified_generator(
     DDIM's clean-sample estimate divides the network's float32 rounding by √ᾱ (≈ 5e-4 at the noisiest
     step, so a 1-step teacher measured 4.3e-4 m here) and several steps compound it.
     """
-    steps = steps or METHODS[policy.method].default_steps
-    one_step = METHODS[policy.method].one_step and steps == 1
-    module = OneStepGenerator(policy) if one_step else MultiStepSampler(policy, steps)
+    steps = chain.sampling_steps if chain is not None else steps or METHODS[policy.method].default_steps
+    one_step = chain is None and METHODS[policy.method].one_step and steps == 1
+    if chain is not None:
+        module: nn.Module = ChainSampler(policy, chain, stochastic=explore)
+    else:
+        module = OneStepGenerator(policy) if one_step else MultiStepSampler(policy, steps)
     sha = file_sha256(checkpoint)
     meta = {
         "checkpoint_sha256": sha,
@@ -270,9 +288,16 @@ def export_verified_generator(
         "teacher_sha256": str(extra.get("teacher_sha256", "")),
         "task": spec.task,
     }
-    export_generator(module, spec, out, meta, generative_facts(policy, steps))
+    facts = generative_facts(policy, steps)
+    step_noise = None
+    if isinstance(module, ChainSampler):
+        facts = dataclasses.replace(facts, chain_sigmas=tuple(s.sigma for s in module.steps))
+        meta["exploring"] = str(explore).lower()
+        shape = (len(obs), steps, spec.action_chunk, spec.action.size)
+        step_noise = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    export_generator(module, spec, out, meta, facts)
     noise = np.random.default_rng(0).standard_normal((len(obs), spec.action_chunk, spec.action.size))
-    err = verify_generator(module, out, obs, noise.astype(np.float32), images)
+    err = verify_generator(module, out, obs, noise.astype(np.float32), images, step_noise)
     tolerance = tolerance if one_step else sampler_tolerance
     if not err <= tolerance:
         raise ExportError(f"onnxruntime differs from torch by {err:.3g} (> {tolerance:g}) on recorded observations")

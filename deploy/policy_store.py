@@ -222,6 +222,7 @@ class PolicyFollower:
         self.store = store
         self.robot_spec = robot_spec
         self.seed = seed
+        self.max_noise_size: int | None = None  # the recorder's policy.noise column: a version drawing more is skipped
         self.version = 0
         self.actor: StepActor | None = None if initial is None else StepActor(initial, robot_spec, seed=seed)
         self.skipped: dict[int, str] = {}
@@ -235,6 +236,11 @@ class PolicyFollower:
                     Spec.from_dict(candidate.record["spec"]).task_interface(), context=f"policy {candidate.path}"
                 )
                 actor = StepActor(candidate.path, self.robot_spec, seed=self.seed + candidate.version)
+                if self.max_noise_size is not None and actor.noise_size > self.max_noise_size:
+                    raise ValueError(
+                        f"it draws {actor.noise_size} noise values per chunk and the dataset's policy.noise column "
+                        f"holds {self.max_noise_size}"
+                    )
             except Exception as err:  # whatever the file's fault, the robot keeps the last good policy
                 self.skipped[candidate.version] = f"{candidate.path}: {type(err).__name__}: {err}"
                 continue

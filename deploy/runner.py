@@ -46,7 +46,15 @@ class _OnnxModel:
     def __init__(self, path: Path, robot_spec: Spec | None = None, threads: int = 1) -> None:
         import onnxruntime as ort
 
-        from deploy.artifact import CHUNK_OUTPUT_NAME, INPUT_NAME, NOISE_NAME, OUTPUT_NAME, image_input_names, spec_of
+        from deploy.artifact import (
+            CHUNK_OUTPUT_NAME,
+            INPUT_NAME,
+            NOISE_NAME,
+            OUTPUT_NAME,
+            STEP_NOISE_NAME,
+            image_input_names,
+            spec_of,
+        )
 
         self.path = Path(path)
         self.spec = spec_of(self.path)  # raises with the file's name when missing/corrupt/foreign
@@ -66,6 +74,8 @@ class _OnnxModel:
         )
         self._output = CHUNK_OUTPUT_NAME if self.generator else OUTPUT_NAME
         found = ([i.name for i in self.session.get_inputs()], [o.name for o in self.session.get_outputs()])
+        if self.generator and found[0][2:3] == [STEP_NOISE_NAME]:  # a chain sampler: its steps' noise after noise
+            self._inputs = inputs = [*inputs[:2], STEP_NOISE_NAME, *inputs[2:]]
         if found != (inputs, [self._output]):
             raise ValueError(
                 f"model {self.path.name} has inputs {found[0]} and outputs {found[1]}; its Spec needs inputs "
@@ -156,6 +166,18 @@ class OnnxGenerator(_OnnxModel):
         self.chunk_shape = (s.action_chunk, s.action.size)
         self.image_shapes = {i.name: (s.observation_horizon, *i.shape) for i in s.images}  # per camera (To, 3, H, W)
         self.rng = np.random.default_rng(seed)
+        from deploy.artifact import STEP_NOISE_NAME
+
+        chain = {i.name: i.shape for i in self.session.get_inputs()}.get(STEP_NOISE_NAME)
+        # a chain sampler's per-step noise (K, H, A); None for a generator that takes x_K's noise only
+        self.step_noise_shape = None if chain is None else (int(chain[1]), *self.chunk_shape)
+        self.last_noise: np.ndarray | None = None  # (batch, 1 + K, H, A): x_K's noise, then each step's, as fed
+
+    @property
+    def noise_size(self) -> int:
+        """Floats of noise one chunk takes: x_K's (H · A) and, for a chain sampler, K steps' more."""
+        k = 0 if self.step_noise_shape is None else self.step_noise_shape[0]
+        return (1 + k) * int(np.prod(self.chunk_shape))
 
     def sample(
         self,
@@ -163,6 +185,7 @@ class OnnxGenerator(_OnnxModel):
         noise: np.ndarray | None = None,
         rng: np.random.Generator | None = None,
         images: Mapping[str, np.ndarray] | None = None,
+        step_noise: np.ndarray | None = None,
     ) -> np.ndarray:
         """Raw action chunk(s) (H, A) or (batch, H, A) for observation histories (To, n) or (batch, To, n).
 
@@ -170,6 +193,8 @@ class OnnxGenerator(_OnnxModel):
         Without ``noise``, N(0, I) noise is drawn from ``rng`` (or this runner's seeded generator).
         ``images``: for a model with cameras, {camera: uint8 frames (To, 3, H, W), or (batch, To, 3, H, W)
         beside a batch of histories}, oldest first, raw RGB (no scaling).
+        ``step_noise``: a chain sampler's per-step noise (K, H, A) or (batch, K, H, A); drawn after ``noise``, from
+        the same generator, when not given. What was fed is kept in ``last_noise``, for a recorder.
         """
         x = np.asarray(obs_history, dtype=np.float32)
         single = x.ndim == 2
@@ -187,9 +212,33 @@ class OnnxGenerator(_OnnxModel):
             eps = (rng or self.rng).standard_normal(want, dtype=np.float32)
         else:
             eps = self._checked_noise(noise, want, single)
+        chain = self._checked_step_noise(step_noise, rng, len(x), single)
         frames = self._checked_images(images, len(x), single)
-        out = self.session.run([self._output], dict(zip(self._inputs, (x, eps, *frames), strict=True)))[0]
+        feeds = dict(zip(self._inputs, (x, eps, *chain, *frames), strict=True))
+        out = self.session.run([self._output], feeds)[0]
+        flat = [eps.reshape(len(x), 1, *self.chunk_shape), *chain]
+        self.last_noise = np.concatenate(flat, axis=1)
         return out[0] if single else out
+
+    def _checked_step_noise(
+        self, step_noise: np.ndarray | None, rng: np.random.Generator | None, batch: int, single: bool
+    ) -> list[np.ndarray]:
+        """A chain sampler's step noise as [(batch, K, H, A) float32]; [] for a generator without that input."""
+        if self.step_noise_shape is None:
+            if step_noise is not None:
+                raise PolicyInputError(f"model {self.path.name} takes no step noise (it is no chain sampler)")
+            return []
+        want = (batch, *self.step_noise_shape)
+        if step_noise is None:
+            return [(rng or self.rng).standard_normal(want, dtype=np.float32)]
+        z = np.asarray(step_noise)
+        if single and z.shape == want[1:]:
+            z = z[None]
+        if z.shape != want or not np.issubdtype(z.dtype, np.floating) or not np.isfinite(z).all():
+            raise PolicyInputError(
+                f"step_noise is {z.dtype} {np.shape(step_noise)}, expected finite (batch, K, H, A) = {want}"
+            )
+        return [z.astype(np.float32, copy=False)]
 
     def _checked_images(self, images: Mapping[str, np.ndarray] | None, batch: int, single: bool) -> list[np.ndarray]:
         """Each camera's frames as (batch, To, 3, H, W) uint8, in the model's input order."""

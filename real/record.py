@@ -23,6 +23,9 @@ from reflexlab.dataset import CAMERA_PREFIX, IMAGE_PREFIX, DatasetWriter
 from reflexlab.env import SingleEnv
 
 Actor = Callable[[np.ndarray], np.ndarray]
+# The noise a generator drew for the chunk that began at this step (zeros elsewhere): with the policy version that
+# drew it, it replays the chunk's sampler (`deploy.step_actor.StepActor.noise_row`, RL-100's online stage).
+NOISE_COLUMN = "policy.noise"
 
 
 class Camera(Protocol):
@@ -106,6 +109,7 @@ def record_episodes(
     on_episode: Callable[[int, RecordSummary], None] | None = None,
     cameras: Mapping[str, Camera] | None = None,
     max_frame_age_periods: float = 2.0,
+    columns: Callable[[], dict[str, np.ndarray]] | None = None,
 ) -> RecordSummary:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed`` + 1, …) and save each as it ends.
 
@@ -113,7 +117,8 @@ def record_episodes(
     otherwise the env holds). ``policy_version`` labels which policy acted (RL loops bump it).
     ``cameras``: the newest frame of each is stored with the step it was seen at (read after the step, with the
     observation), with its age; a camera with no frame younger than ``max_frame_age_periods`` periods gets a
-    dropped-frame mark instead of a stale image (``camera.<name>.is_dropped``).
+    dropped-frame mark instead of a stale image (``camera.<name>.is_dropped``). ``columns``: more of the writer's
+    vectors for the step just acted, read after ``actor`` (e.g. the noise it drew, `NOISE_COLUMN`).
     """
     summary = RecordSummary()
     task_text = task_text or env.spec.task
@@ -127,6 +132,7 @@ def record_episodes(
         done, reason = False, ""
         while not done:
             asked = actor(obs) if actor is not None else np.full(env.spec.action.size, np.nan)
+            extra = columns() if columns is not None else {}
             next_obs, reward, terminated, truncated, info = env.step(asked)
             writer.add_frame(
                 {
@@ -134,6 +140,7 @@ def record_episodes(
                     "action": info["action"],
                     "policy.action": np.nan_to_num(np.asarray(asked, dtype=np.float64), nan=0.0),
                     **images,  # the images seen with ``obs``
+                    **extra,
                 },
                 reward=reward,
                 terminated=terminated,

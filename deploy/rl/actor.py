@@ -11,15 +11,16 @@ them, until the learner deploys the next version and asks for more.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from deploy.policy_store import PolicyFollower, PolicyStore
-from real.record import features_of, record_episodes
-from reflexlab.dataset import DatasetWriter
+from deploy.policy_store import PolicyFollower, PolicyStore, PolicyVersion
+from real.record import NOISE_COLUMN, features_of, record_episodes
+from reflexlab.dataset import INFO_PATH, DatasetWriter
 from reflexlab.env import SingleEnv
 from reflexlab.errors import UserFacingError
 
@@ -69,7 +70,15 @@ def run_actor(
     summary = ActorSummary()
     spec = env.spec
     waiting = False
-    with DatasetWriter(dataset, spec.control_rate_hz, spec.robot, features_of(env), spec) as writer:
+    stored = _stored_noise_size(dataset)
+    follower.max_noise_size = stored or None  # an existing column bounds what deploys; without one nothing is kept
+    first = _wait_for_first_version(follower, options)
+    log(f"actor: deployed version {first.version} (round {first.round}) from {first.path}")
+    assert follower.actor is not None
+    noise = follower.actor.noise_size if stored is None else stored  # a new dataset holds what the first one draws
+    follower.max_noise_size = noise or None
+    features = features_of(env) | ({NOISE_COLUMN: (noise,)} if noise else {})
+    with DatasetWriter(dataset, spec.control_rate_hz, spec.robot, features, spec) as writer:
         while options.episodes is None or writer.num_episodes < options.episodes:
             if store.finished() is not None:
                 log(f"actor: the learner has finished; stopping after {writer.num_episodes} episodes")
@@ -89,10 +98,8 @@ def run_actor(
                     log(f"actor: version {version} not deployed, keeping version {follower.version}: {why}")
             if deployed is not None:
                 log(f"actor: deployed version {deployed.version} (round {deployed.round}) from {deployed.path}")
-            if follower.actor is None:
-                _wait_for_first_version(follower, options)
-                continue
             actor = follower.actor
+            assert actor is not None  # deployed before the writer opened; never undeployed
             k = writer.num_episodes
             record_episodes(
                 env,
@@ -102,6 +109,7 @@ def run_actor(
                 seed=options.seed + k,
                 policy_version=follower.version,
                 reset_actor=actor.reset,
+                columns=(lambda a=actor: {NOISE_COLUMN: a.noise_row(noise)}) if noise else None,
             )
             summary.episodes += 1
             summary.versions[follower.version] = summary.versions.get(follower.version, 0) + 1
@@ -109,9 +117,20 @@ def run_actor(
     return summary
 
 
-def _wait_for_first_version(follower: PolicyFollower, options: ActorOptions) -> None:
+def _stored_noise_size(dataset: Path) -> int | None:
+    """Floats per step of an existing dataset's ``policy.noise`` column (0: recorded without one, and it stays so);
+    None before the dataset exists, when the first deployed version's draw per chunk sets it (0 for a plain
+    policy)."""
+    info = dataset / INFO_PATH
+    if not info.exists():
+        return None
+    stored = json.loads(info.read_text())["features"].get(NOISE_COLUMN)
+    return 0 if stored is None else int(stored["shape"][0])
+
+
+def _wait_for_first_version(follower: PolicyFollower, options: ActorOptions) -> PolicyVersion:
     deadline = time.monotonic() + options.wait_for_policy_s
-    while follower.refresh() is None:
+    while (first := follower.refresh()) is None:
         if time.monotonic() > deadline:
             skipped = "; ".join(follower.skipped.values()) or "none published"
             raise NoPolicyError(
@@ -119,3 +138,4 @@ def _wait_for_first_version(follower: PolicyFollower, options: ActorOptions) -> 
                 "is the learner running?"
             )
         time.sleep(options.poll_s)
+    return first

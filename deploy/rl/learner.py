@@ -33,6 +33,7 @@ from torch.utils.tensorboard import SummaryWriter
 from deploy.onnx_export import export_verified_generator
 from deploy.policy_store import PolicyStore, PolicyStoreError, PolicyVersion
 from policies.imitation import load_generative, observation_windows
+from policies.rl.chain_ppo import ChainConfig
 from policies.rl.rounds import (
     RoundOutcome,
     RoundUpdate,
@@ -67,6 +68,12 @@ class LearnerOptions:
         paced: ask the actor for exactly the episodes each round waits for (`PolicyStore.want`), so that the robot
             time a method uses is its rounds' budget; False: the actor collects without pause while the learner
             trains (asynchronous, as FastRLAP's actor).
+        chain: export every multi-step version as `policies.rl.chain_ppo.ChainSampler` of this chain, so that the
+            actor records each chunk's denoising noise (`real.record.NOISE_COLUMN`): RL-100 with online rounds.
+        explore_rounds: the rounds whose update trains on the chains the deployed version ran (RL-100's online
+            rounds): the version deployed before each is exported exploring (the stochastic chain), all others
+            deterministic (DDIM η = 0 through the same inputs). A round that must explore but finds a deterministic
+            version deployed (the round before deployed nothing) publishes that version again, exploring.
     """
 
     rounds: int
@@ -78,6 +85,8 @@ class LearnerOptions:
     poll_s: float = 1.0
     evaluate_final: bool = True
     paced: bool = True
+    chain: ChainConfig | None = None
+    explore_rounds: frozenset[int] = frozenset()
 
 
 def run_learner(
@@ -107,6 +116,11 @@ def run_learner(
             if any(r.get("round") == round_ for r in read_rounds(run_dir / ROUND_LOG)):  # logged, not yet saved
                 write_json_atomically(run_dir / STATE, state := {"round": round_, "checkpoint": state["checkpoint"]})
                 continue
+            if round_ in options.explore_rounds and not deployed.record.get("exploring"):
+                out = run_dir / f"round_{round_ - 1:03d}" / "exploring"
+                info = {"republished": deployed.version}
+                deployed = _deploy(store, Path(state["checkpoint"]), out, deployed.round, options, info, explore=True)
+                log(f"learner: round {round_} trains on explored chains: version {deployed.version} explores")
             _wait_for_episodes(dataset, store, run_dir, deployed.version, options, log)
             row = _round(dataset, store, run_dir, Path(state["checkpoint"]), round_, deployed, options)
             append_round(run_dir / ROUND_LOG, row)
@@ -183,23 +197,29 @@ def _deploy(
     options: LearnerOptions,
     info: dict[str, Any],
     sampling_steps: int | None = None,
+    explore: bool | None = None,
 ) -> PolicyVersion:
-    """Export ``checkpoint`` unrolled, measure its parity on the demos' observation histories, publish it."""
+    """Export ``checkpoint`` unrolled, measure its parity on the demos' observation histories, publish it.
+
+    With ``options.chain`` a multi-step version is a chain sampler, exploring when ``explore`` (default: when the
+    next round trains on its chains)."""
     policy, spec, extra, path = load_generative(checkpoint)
     obs, images = observation_windows(options.demos, spec, 64)
     steps = sampling_steps or options.sampling_steps
+    chain = options.chain if steps > 1 else None
+    explore = (round_ + 1 in options.explore_rounds if explore is None else explore) and chain is not None
     out.mkdir(parents=True, exist_ok=True)
     # the store judges parity against its tolerance, so the exporter only measures it
     report = export_verified_generator(
         policy, spec, extra, path, out / "policy.onnx", obs, images, steps,
-        tolerance=math.inf, sampler_tolerance=math.inf,
+        tolerance=math.inf, sampler_tolerance=math.inf, chain=chain, explore=explore,
     )  # fmt: skip
     return store.publish(
         out / "policy.onnx",
         round=round_,
         parity_error=report["max_abs_error"],
         tolerance=options.parity_tolerance,
-        info={**info, "checkpoint": str(checkpoint), "sampling_steps": steps},
+        info={**info, "checkpoint": str(checkpoint), "sampling_steps": report["sampling_steps"], "exploring": explore},
     )
 
 

@@ -34,6 +34,7 @@ the loaded checkpoint's ``extra`` on (its ``spec`` is read by fine-tuning, disti
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -126,18 +127,26 @@ def denoise_chain(
     noise: torch.Tensor,
     config: ChainConfig,
     generator: torch.Generator | None = None,
+    step_noise: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Run the stochastic chain from x_K = ``noise`` (B, H, A): latents (B, K+1, H, A) x_K … x₀ and log-probs (B, K).
 
-    Step i's noise is drawn from ``generator`` on the CPU, in step order, shaped like ``noise``: the same stream
-    `Diffusion.ddpm_sample` draws, so with K = num_train_steps and no σ clip the two samplers coincide. The last
-    latent is unclipped (see the module docstring).
+    Step i's noise z_i is ``step_noise[:, i]`` when given (B, K, H, A): the draws an actor recorded, which replay its
+    chain exactly. Otherwise it is drawn from ``generator`` on the CPU, in step order, shaped like ``noise``: the same
+    stream `Diffusion.ddpm_sample` draws, so with K = num_train_steps and no σ clip the two samplers coincide. The
+    last latent is unclipped (see the module docstring).
     """
+    steps = chain_steps(diffusion, config)
+    if step_noise is not None and step_noise.shape != (noise.shape[0], len(steps), *noise.shape[1:]):
+        raise ValueError(f"step noise has shape {tuple(step_noise.shape)}, expected (B, K, H, A) with K = {len(steps)}")
     x, latents, log_probs = noise, [noise], []
-    for s in chain_steps(diffusion, config):
+    for i, s in enumerate(steps):
         t = torch.full((x.shape[0],), s.t, dtype=x.dtype, device=x.device)
         mean = _step_mean(x, eps_fn(x, t), s.sqrt_ab, s.sqrt_one_minus_ab, s.sqrt_ab_prev, s.dir_coef)
-        z = torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+        if step_noise is None:
+            z = torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+        else:
+            z = step_noise[:, i]
         x = mean + s.sigma * z
         latents.append(x)
         log_probs.append(_gaussian_log_prob(x, mean, s.sigma))
@@ -187,6 +196,53 @@ def sample_chain(
     latents, log_probs = denoise_chain(diffusion, _eps_fn(policy, cond), noise, config, generator)
     actions = policy.action_norm.unnormalize(latents[:, -1].clamp(-1.0, 1.0))
     return Chain(latents, log_probs, actions)
+
+
+class ChainSampler(torch.nn.Module):
+    """What an actor serves when its episodes feed chain PPO: raw obs (B, To, n), x_K ``noise`` (B, H, A) and the
+    chain's per-step noise ``step_noise`` (B, K, H, A) → the raw executed chunk (B, H, A); traced, the loop unrolls.
+
+    ``stochastic``: the chain of ``config`` (each step's σ as `chain_steps` clips it): the behaviour policy whose
+    recorded noises `replay_chain` turns back into latents and log-probabilities. Otherwise every σ is 0, which is
+    the deterministic DDIM sampler (η = 0) the policy deploys with, step for step (``step_noise`` is read and
+    ignored), so a run's deterministic and exploring versions take the same inputs and record the same columns.
+    """
+
+    def __init__(self, policy: GenerativePolicy, config: ChainConfig, stochastic: bool) -> None:
+        super().__init__()
+        if policy.image_keys:
+            raise ValueError("a chain sampler reads the state only; this policy has cameras")
+        self.policy, self.stochastic = policy, stochastic
+        steps = chain_steps(_diffusion(policy), config)
+        if not stochastic:  # σ = 0: μ is DDIM η = 0's update, with the same x̂₀ clip
+            steps = [
+                dataclasses.replace(s, sigma=0.0, dir_coef=math.sqrt(max(1 - s.sqrt_ab_prev**2, 0.0))) for s in steps
+            ]
+        self.steps = steps
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor) -> torch.Tensor:
+        cond = self.policy.condition(obs)
+        x = noise
+        for i, s in enumerate(self.steps):
+            t = torch.full((x.shape[0],), s.t, dtype=x.dtype, device=x.device)
+            eps = self.policy.denoiser(x, t, cond)
+            mean = _step_mean(x, eps, s.sqrt_ab, s.sqrt_one_minus_ab, s.sqrt_ab_prev, s.dir_coef)
+            x = mean + s.sigma * step_noise[:, i]
+        return self.policy.action_norm.unnormalize(x.clamp(-1.0, 1.0))
+
+
+@torch.no_grad()
+def replay_chain(
+    policy: GenerativePolicy, obs: torch.Tensor, noise: torch.Tensor, step_noise: torch.Tensor, config: ChainConfig
+) -> Chain:
+    """The chains an actor ran with this policy (the version it served), from the noises it recorded: x_K ``noise``
+    (B, H, A) and ``step_noise`` (B, K, H, A) at raw observation windows (B, To, n). Their ``actions`` are what it
+    executed (up to onnxruntime's float rounding), which is how a caller checks that the noises belong to this policy.
+    """
+    latents, log_probs = denoise_chain(
+        _diffusion(policy), _eps_fn(policy, policy.condition(obs)), noise, config, step_noise=step_noise
+    )
+    return Chain(latents, log_probs, policy.action_norm.unnormalize(latents[:, -1].clamp(-1.0, 1.0)))
 
 
 def chain_log_prob(
@@ -340,6 +396,60 @@ def _update(
 ) -> PpoStats:
     chain = sample_chain(policy, obs, images, chain_config, generator)
     raw = _advantages(advantage_fn, obs, chain.actions)
+    return _epochs(policy, obs, images, chain, raw, config, chain_config, generator, optimizer, demos)
+
+
+def stored_chain_ppo_update(
+    policy: GenerativePolicy,
+    obs: torch.Tensor,
+    chain: Chain,
+    advantages: np.ndarray,
+    config: PpoConfig | None = None,
+    chain_config: ChainConfig | None = None,
+    generator: torch.Generator | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    demos: Demos | None = None,
+    first_free: bool = True,
+) -> PpoStats:
+    """PPO on chains an actor ran (`replay_chain`) with their advantages from the episodes' returns: RL-100's online
+    stage. ``epochs`` passes over all of them in minibatches; the ratios are against the chains' recorded
+    log-probabilities (the behaviour policy's) throughout, and the target KL ends the passes at the first minibatch
+    whose KL to it exceeds 1.5 × ``target_kl`` (``first_free``: except the call's first, as `chain_ppo_update`
+    does; a caller that splits the passes over several calls frees only its first call's). Otherwise as
+    `chain_ppo_update`.
+    """
+    config, chain_config = config or PpoConfig(), chain_config or ChainConfig()
+    raw = np.asarray(advantages, dtype=np.float64)
+    if raw.shape != (obs.shape[0],) or chain.log_probs.shape[0] != obs.shape[0]:
+        raise ValueError(f"{obs.shape[0]} windows, {chain.log_probs.shape[0]} chains and {raw.shape} advantages")
+    if not np.isfinite(raw).all():
+        raise FloatingPointError("non-finite advantages: the value critic diverged")
+    if config.bc_weight > 0 and demos is None:
+        raise ValueError("bc_weight > 0 needs demos")
+    was_training = policy.training
+    policy.eval()
+    try:
+        with flush_denormals():
+            return _epochs(policy, obs, None, chain, raw, config, chain_config, generator, optimizer, demos, first_free)
+    finally:
+        policy.train(was_training)
+
+
+def _epochs(
+    policy: GenerativePolicy,
+    obs: torch.Tensor,
+    images: torch.Tensor | None,
+    chain: Chain,
+    raw: np.ndarray,
+    config: PpoConfig,
+    chain_config: ChainConfig,
+    generator: torch.Generator | None,
+    optimizer: torch.optim.Optimizer | None,
+    demos: Demos | None,
+    first_free: bool = True,
+) -> PpoStats:
+    """``config.epochs`` passes of clipped-ratio minibatch updates over ``chain`` with raw advantages ``raw``; the
+    target KL stops them before any update but (``first_free``) the first."""
     adv = torch.as_tensor(raw, dtype=chain.log_probs.dtype, device=chain.log_probs.device)
     if config.normalize_advantage:
         adv = (adv - adv.mean()) / (adv.std(unbiased=False) + 1e-8)
@@ -361,7 +471,7 @@ def _update(
                 ratio_min, ratio_max = min(ratio_min, ratio.min().item()), max(ratio_max, ratio.max().item())
             totals["kl"] += kl
             measured, seen = measured + 1, seen + len(idx)
-            if config.target_kl is not None and updates > 0 and kl > 1.5 * config.target_kl:
+            if config.target_kl is not None and (updates > 0 or not first_free) and kl > 1.5 * config.target_kl:
                 stopped = True
                 break
             a = adv[idx, None]
@@ -393,14 +503,14 @@ def _update(
     return PpoStats(
         mean_advantage=float(raw.mean()),
         advantage_std=float(raw.std()),
-        loss=totals["loss"] / updates,
-        bc_loss=totals["bc"] / updates if demos is not None and config.bc_weight > 0 else None,
+        loss=totals["loss"] / max(updates, 1),
+        bc_loss=totals["bc"] / max(updates, 1) if demos is not None and config.bc_weight > 0 else None,
         clip_fraction=float(per_step.mean()),
         clip_fraction_per_step=tuple(per_step.tolist()),
         approx_kl=totals["kl"] / measured,
         ratio_min=ratio_min,
         ratio_max=ratio_max,
-        grad_norm=totals["grad"] / updates,
+        grad_norm=totals["grad"] / max(updates, 1),
         updates=updates,
         stopped_early=stopped,
     )

@@ -17,11 +17,13 @@ it are `Rl100Round`, one `policies.rl.rounds.RoundUpdate` whose stage follows fr
   (`policies.rl.ope.action_shift`, which says why); the iteration that moves them more than ``max_action_shift`` is
   undone and the round's PPO ends there, so OPE judges, and the online stage deploys, only what stayed inside. On
   push-T the shift only grew with iterations (0.08 action std at 25, 0.21 at 200), so nothing later would return.
-* **online** (the next ``online_rounds``): the same PPO, ε 0.2, on the windows of the deployed version's own fresh
-  episodes, with critics refit on everything so far, and deployed without the OPE gate: the robot's next episodes
-  are the evaluation. Deviation from the paper, which keeps each rollout's denoising chain and runs PPO with GAE on
-  it: the actor serves an ONNX file whose DDIM sampler (η = 0) takes the initial noise only, so no chain is recorded;
-  chains are sampled again from the deployed policy at the visited states, and the advantage comes from the critics.
+* **online** (the next ``online_rounds``): on-policy PPO (ε 0.2) on the denoising chains the robot ran, as the
+  paper does. The version deployed before an online round explores: the learner exports it as a chain sampler whose
+  per-step noise is an ONNX input (`policies.rl.chain_ppo.ChainSampler`), the actor records every chunk's noise, and
+  the round replays those chains with the version's checkpoint (checked against the actions the robot was asked for)
+  and scores each chunk the policy executed by GAE(λ = ``gae_lambda``) from a value critic on the episodes' credited
+  returns (`policies.rl.online_chains`). ``online_epochs`` passes over the chains, each kept only inside the trust
+  region; deployed without the OPE gate: the robot's next episodes are the evaluation. No IQL critic is fit.
 * **distill** (the last round, when ``distill``): a consistency student (`policies.generative.train.distill_student`)
   of the improved policy on the observations of the demonstrations and the episodes; it is what the robot serves
   (exported with one sampling step).
@@ -46,10 +48,19 @@ import torch
 
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig
-from policies.rl.chain_ppo import ChainConfig, Demos, PpoConfig, chain_ppo_update, make_optimizer
+from policies.rl.chain_ppo import (
+    ChainConfig,
+    Demos,
+    PpoConfig,
+    chain_ppo_update,
+    make_optimizer,
+    stored_chain_ppo_update,
+)
+from policies.rl.critics import CriticConfig
 from policies.rl.head import distill_head, head_train, multistep_spec
 from policies.rl.iql import IqlConfig, IqlCritics
 from policies.rl.limits import MAX_ACTION_SHIFT, TARGET_KL
+from policies.rl.online_chains import chunk_gae, recorded_chains, returns_and_values
 from policies.rl.ope import ActionShift, DynamicsConfig, DynamicsEnsemble, OpeEstimate, action_shift, am_q, compare
 from policies.rl.rounds import RoundOutcome
 from policies.rl.transitions import ChunkTransitions, chunk_transitions, concat_transitions
@@ -88,6 +99,8 @@ class Rl100Config:
             sensitive task scatters under any move (push-T: 25 offline iterations on random advantages took the SFT
             from 0.80 to 0.68, the critics' to 0.46; an online round 0.745 against the critics' 0.675), so a gain
             counts as learning only where it beats this control on the same seeds.
+        critic, gae_lambda: the online stage's value critic and GAE's λ (paper: 0.95); ``online_epochs``: its PPO
+            passes over the recorded chains (each minibatch of ``online_ppo.minibatch_size``).
         seed: critics, dynamics, chains, OPE draws and the control's advantages.
     """
 
@@ -111,11 +124,26 @@ class Rl100Config:
     sampling_steps: int = 10
     distill_train: TrainConfig = field(default_factory=head_train)
     advantage: Literal["critics", "random"] = "critics"
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    gae_lambda: float = 0.95
+    online_epochs: int = 10
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.advantage not in ("critics", "random"):
             raise ValueError(f"RL-100's advantage is 'critics' or 'random' (the control), not {self.advantage!r}")
+        if not 0 <= self.gae_lambda <= 1 or self.online_epochs < 1:
+            raise ValueError(f"gae_lambda must be in [0, 1] and online_epochs ≥ 1: {self}")
+        if self.online_rounds and self.chain.sampling_steps != self.sampling_steps:
+            raise ValueError(
+                f"the online stage's actor runs the chain ({self.chain.sampling_steps} steps) that the deployed "
+                f"sampler has ({self.sampling_steps}): make them equal"
+            )
+
+    @property
+    def online_round_numbers(self) -> frozenset[int]:
+        """The rounds that train on the chains an exploring version ran (`deploy.rl.learner` exports it so)."""
+        return frozenset(range(self.offline_rounds + 1, self.offline_rounds + self.online_rounds + 1))
 
     @property
     def rounds(self) -> int:
@@ -150,6 +178,8 @@ class Rl100Round:
         spec = multistep_spec(policy, extra, checkpoint, "RL-100 improves")
         rollouts = load_dataset(dataset)  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
         episodes = chunk_transitions(rollouts, spec, cfg.gamma)
+        if stage == "online":
+            return self._online(policy, extra, spec, rollouts, episodes, out, round_)
         data = concat_transitions(chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma), episodes)
         torch.manual_seed(cfg.seed + round_)
         critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))
@@ -163,18 +193,6 @@ class Rl100Round:
             if cfg.advantage == "random":
                 return draws.standard_normal(len(windows))
             return critics.advantage(windows[:, -1], chunks[:, executed])
-
-        if stage == "online":  # the deployed version's own states; the robot's next episodes judge the result
-            states = _latest_version_windows(rollouts, episodes)
-            region = self._region(policy, spec, states, data.action_std, round_)
-            anchor = _demo_windows(cfg.demos, spec) if cfg.online_ppo.bc_weight > 0 else None
-            stats = self._ppo(
-                policy, states, advantage, cfg.online_ppo, cfg.ppo_iterations, round_, demos=anchor, region=region
-            )
-            numbers |= {"ppo": stats, "ppo_windows": len(states), "stopped_at_trust_region": stats["left_region"]}
-            if stats["left_region"] and stats["iterations"] == 0:
-                return RoundOutcome(None, numbers, stage, reason=_first_step_left(stats, region))
-            return RoundOutcome(_save(policy, extra, out, stage, numbers), numbers, stage)
 
         ensemble = DynamicsEnsemble(data.obs_horizon, data.obs_dim, data.chunk, data.action_dim, cfg.dynamics)
         numbers["dynamics"] = ensemble.fit(data)
@@ -233,6 +251,7 @@ class Rl100Round:
         numbers |= {"ope": checks, "ope_accepted": accepted, "ope_rejected": len(checks) - accepted}
         numbers["stopped_at_trust_region"] = stats["left_region"]
         if not checks and stats["left_region"]:
+            numbers["ppo"] = stats  # how far the undone iteration went
             return RoundOutcome(None, numbers, stage, reason=_first_step_left(stats, region))
         if not accepted:
             return RoundOutcome(None, numbers, stage, reason=f"OPE accepted none of {len(checks)} candidates")
@@ -292,6 +311,68 @@ class Rl100Round:
         last = {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)} if stats else {}
         return last | out | {"iterations": kept, "updates": updates, "iterations_stopped_by_kl": stopped}
 
+    def _online(
+        self,
+        policy: GenerativePolicy,
+        extra: dict[str, Any],
+        spec: Spec,
+        rollouts: Dataset,
+        episodes: ChunkTransitions,
+        out: Path,
+        round_: int,
+    ) -> RoundOutcome:
+        """PPO on the chains the deployed (exploring) version ran, advantages from its episodes' returns by GAE."""
+        cfg = self.config
+        chains = recorded_chains(policy, spec, rollouts, episodes, cfg.chain)
+        values, value_mse = returns_and_values(rollouts, cfg.gamma, cfg.critic)
+        if cfg.advantage == "random":
+            advantage = np.random.default_rng(cfg.seed + round_).standard_normal(len(chains.window))
+        else:
+            advantage = chunk_gae(values, chains.episode, chains.step, cfg.gamma, cfg.gae_lambda)
+        numbers: dict[str, Any] = {
+            "transitions": len(episodes),
+            "chains": len(chains.window),
+            "chain_episodes": len(np.unique(chains.episode)),
+            "replay_error": chains.replay_error,
+            "value_mse": value_mse,
+            "advantage_mean": float(advantage.mean()),
+            "advantage_std": float(advantage.std()),
+        }
+        _say(f"rl100 round {round_} (online): {len(chains.window)} recorded chains, value MSE {value_mse:.4f}")
+        region = self._region(policy, spec, chains.window, episodes.action_std, round_)
+        obs = torch.as_tensor(chains.window, dtype=torch.float32)
+        optimizer = make_optimizer(policy, cfg.online_ppo)
+        generator = torch.Generator().manual_seed(cfg.seed + round_)
+        one_pass = dataclasses.replace(cfg.online_ppo, epochs=1)
+        anchor = _demo_windows(cfg.demos, spec) if cfg.online_ppo.bc_weight > 0 else None
+        kept, left, stats = 0, False, None
+        for epoch in range(cfg.online_epochs):
+            before = copy.deepcopy(policy.state_dict())
+            step = stored_chain_ppo_update(
+                policy, obs, chains.chain, advantage, one_pass, cfg.chain, generator, optimizer, anchor, epoch == 0
+            )
+            if step.updates == 0:  # the KL to the behaviour policy was over its limit before this pass began
+                break
+            if not region.holds(shift := region.shift(policy)):
+                policy.load_state_dict(before)
+                left = True
+                numbers["shift_beyond"] = shift.mean
+                break
+            kept, stats = kept + 1, step
+            if step.stopped_early:
+                break
+        numbers |= {
+            "ppo": dataclasses.asdict(stats) if stats else None,
+            "epochs": kept,
+            "stopped_at_trust_region": left,
+        }
+        _say(f"rl100 round {round_} (online): {kept} PPO passes kept" + (" (trust region)" if left else ""))
+        if not kept:
+            reason = "PPO's first pass over the recorded chains"
+            reason += " left the trust region" if left else " found the KL limit already passed"
+            return RoundOutcome(None, numbers, "online", reason=f"{reason}: nothing to deploy")
+        return RoundOutcome(_save(policy, extra, out, "online", numbers), numbers, "online")
+
     def _distill(self, dataset: Path, checkpoint: Path, out: Path) -> RoundOutcome:
         """The consistency head of the improved policy, on the demonstrations' and the episodes' observations."""
         return distill_head(dataset, checkpoint, out, self.config.demos, self.config.distill_train, self.config.seed)
@@ -331,13 +412,6 @@ def _first_step_left(stats: dict[str, Any], region: TrustRegion) -> str:
         f"PPO's first iteration moved the actions {stats['shift_beyond']:.3g} action std, beyond "
         f"the trust region ({region.bound}): nothing to deploy"
     )
-
-
-def _latest_version_windows(ds: Dataset, transitions: ChunkTransitions) -> np.ndarray:
-    """The observation windows of the newest policy version's episodes (``transitions`` are ``ds``'s): the online
-    stage's on-policy states."""
-    versions = np.array([int(ds.episode(i)["policy_version"][0]) for i in range(ds.num_episodes)])
-    return transitions.window[versions[transitions.episode] == versions.max()]
 
 
 def _deterministic_act(policy: GenerativePolicy, spec: Spec, steps: int, executed: slice, seed: int) -> Any:

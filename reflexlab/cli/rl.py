@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, ClassVar, Literal
+from typing import IO, TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import tyro
 
@@ -151,6 +151,7 @@ class _RealWorldRl:
             update=update,
             sampling_steps=self.sampling_steps,
             paced=self.paced,
+            **self._chains(update),
         )
         store = PolicyStore(self.work_dir / "policies")
         return run_learner(self.work_dir / "rollouts", store, self.work_dir / "learner", initial, options)
@@ -166,6 +167,10 @@ class _RealWorldRl:
     def _update(self) -> tuple[RoundUpdate, int]:
         """The method's round update and how many rounds it runs."""
         raise NotImplementedError(f"{type(self).__name__} names no round update")
+
+    def _chains(self, update: RoundUpdate) -> dict[str, Any]:
+        """`LearnerOptions.chain` and ``explore_rounds`` for a method whose rounds train on recorded chains."""
+        return {}
 
     def _selection(self, k: int, critic_steps: int) -> SelectionConfig:
         """Critic-guided picks of ``k`` proposals drawn with the deployed sampler's steps (select, habc --select-k)."""
@@ -295,6 +300,10 @@ class Rl100(_RealWorldRl):
     """optimiser steps of the OPE dynamics ensemble per round."""
     distill_steps: int = HEAD_STEPS
     """optimiser steps of the consistency head (distill)."""
+    online_epochs: int = 10
+    """PPO passes over the chains the robot ran, per online round."""
+    gae_lambda: float = 0.95
+    """GAE's lambda for the online stage's advantages."""
 
     method = "rl100"
 
@@ -336,11 +345,22 @@ class Rl100(_RealWorldRl):
             sampling_steps=self.sampling_steps,
             distill_train=dataclasses.replace(base.distill_train, max_steps=self.distill_steps),
             advantage=self.ppo_advantage,
+            online_epochs=self.online_epochs,
+            gae_lambda=self.gae_lambda,
+            chain=dataclasses.replace(base.chain, sampling_steps=self.sampling_steps),
             seed=self.seed,
         )
         if config.rounds == 0:
             raise ValueError(f"--stages {' '.join(self.stages)}: no learner round to run (offline, online, distill)")
         return Rl100Round(config), config.rounds
+
+    def _chains(self, update: RoundUpdate) -> dict[str, Any]:
+        """Online rounds train on the chains the robot ran: every multi-step version is a chain sampler."""
+        from policies.rl.rl100 import Rl100Round
+
+        assert isinstance(update, Rl100Round)
+        config = update.config
+        return {"chain": config.chain, "explore_rounds": config.online_round_numbers} if config.online_rounds else {}
 
 
 def _steps(task: str, seconds: float) -> int:

@@ -7,6 +7,7 @@ Real parts: MuJoCo push-T (`sim.single_env.SimSingleEnv`), an exported ONNX gene
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -133,7 +134,7 @@ def test_an_actor_without_a_deployable_policy_says_so(push_t_generator: Path, tm
     store = PolicyStore(tmp_path / "policies")
     with pytest.raises(NoPolicyError, match=r"no policy deployed .* \(none published\)"):
         run_actor(SimSingleEnv(), tmp_path / "ds", store, ActorOptions(1, wait_for_policy_s=0.2, poll_s=0.05))
-    assert load_dataset(tmp_path / "ds").num_episodes == 0
+    assert not (tmp_path / "ds").exists()  # the dataset opens with the first version (its noise column's size)
 
 
 def test_step_actor_takes_a_chunk_model_for_the_robots_task_and_refuses_another(push_t_generator: Path) -> None:
@@ -147,3 +148,74 @@ def test_step_actor_takes_a_chunk_model_for_the_robots_task_and_refuses_another(
     assert actor.act(np.zeros(robot.policy_obs.size)).shape == (2,)
     with pytest.raises(SpecMismatchError, match=r"model push_t\.onnx vs robot"):
         StepActor(push_t_generator, get_task("quadruped-walk").spec())
+
+
+def test_an_exploring_version_records_the_chains_it_ran_and_the_learner_replays_them(tmp_path: Path) -> None:
+    """RL-100's online stage end to end at the actor: the learner exports the policy as a chain sampler whose steps'
+    noise is an ONNX input, onnxruntime serves it through StepActor, the recorder keeps each chunk's noise in
+    ``policy.noise`` at the step it began, and the learner's torch replay of those chains gives back the actions the
+    robot was asked for. The deterministic export of the same inputs is the policy's DDIM sampler; a version that
+    draws more noise than the dataset's column holds is skipped, and the robot goes on with the last good one."""
+    import torch
+
+    from deploy.artifact import STEP_NOISE_NAME, read_metadata
+    from deploy.onnx_export import export_verified_generator
+    from deploy.rl.actor import ActorOptions, run_actor
+    from deploy.runner import OnnxGenerator
+    from policies.generative.normalizer import MinMaxNormalizer
+    from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions
+    from policies.rl.chain_ppo import ChainConfig
+    from policies.rl.online_chains import ChainReplayError, recorded_chains
+    from policies.rl.transitions import chunk_transitions
+    from real.record import NOISE_COLUMN
+
+    torch.manual_seed(0)
+    spec = chunked(SimSingleEnv("panda-push-t").spec, 2, 4, 2)
+    n, a = spec.policy_obs.size, spec.action.size
+    obs_box = torch.tensor([[-1.0] * n, [1.0] * n])
+    action_box = torch.tensor([list(spec.action.lower), list(spec.action.upper)])
+    cfg = PolicyConfig("diffusion", n, a, 2, horizon=4, options=PolicyOptions(down_dims=(16, 32)))
+    policy = GenerativePolicy(cfg, MinMaxNormalizer.fit(obs_box), MinMaxNormalizer.fit(action_box)).eval()
+    extra = {"spec": spec.to_dict()}
+    checkpoint = policy.save(tmp_path / "policy.pt", extra)
+    chain = ChainConfig(sampling_steps=3, sigma_min=0.1)
+    obs = np.random.default_rng(0).uniform(-1, 1, (8, 2, n)).astype(np.float32)
+    paths = {kind: tmp_path / f"{kind}.onnx" for kind in ("ddim", "deterministic", "exploring")}
+    for kind, path in paths.items():
+        args = {} if kind == "ddim" else {"chain": chain, "explore": kind == "exploring"}
+        report = export_verified_generator(policy, spec, extra, checkpoint, path, obs, {}, 3, **args)
+        assert report["max_abs_error"] < 1e-4 and report["sampling_steps"] == 3
+    inputs = read_metadata(paths["exploring"])["interface"]["inputs"]
+    assert inputs[STEP_NOISE_NAME]["shape"] == ["batch", 3, 4, 2] and all(inputs[STEP_NOISE_NAME]["sigmas"])
+    assert not any(read_metadata(paths["deterministic"])["interface"]["inputs"][STEP_NOISE_NAME]["sigmas"])
+    ddim, deterministic, exploring = (OnnxGenerator(p) for p in paths.values())
+    rng = np.random.default_rng(1)
+    noise, z = rng.standard_normal((8, 4, 2), dtype=np.float32), rng.standard_normal((8, 3, 4, 2), dtype=np.float32)
+    same = ddim.sample(obs, noise)
+    np.testing.assert_allclose(deterministic.sample(obs, noise, step_noise=z), same, atol=1e-5)
+    np.testing.assert_allclose(deterministic.sample(obs, noise, step_noise=-z), same, atol=1e-5)
+    assert np.abs(exploring.sample(obs, noise, step_noise=z) - same).max() > 1e-2  # its steps add their noise
+    assert ddim.noise_size == 8 and exploring.noise_size == 32
+
+    store, dataset = PolicyStore(tmp_path / "policies"), tmp_path / "ds"
+    store.publish(paths["exploring"], round=0, parity_error=0.0, tolerance=1e-5)
+    env = SimSingleEnv("panda-push-t", episode_steps=9)
+    run_actor(env, dataset, store, ActorOptions(2, seed=SEED, poll_s=0.01))
+    ds = load_dataset(dataset)
+    rows = ds.episode(0)[NOISE_COLUMN]
+    assert rows.shape == (9, 32) and all(rows[t].any() == (t % 2 == 0) for t in range(9))  # a chunk every Ta = 2
+    transitions = chunk_transitions(ds, spec, 0.99)
+    replayed = recorded_chains(policy, spec, ds, transitions, chain)
+    assert len(replayed.window) == len(transitions) and replayed.replay_error < 1e-3  # onnxruntime vs torch
+    other = dataclasses.replace(chain, sigma_min=0.05, sigma_max=0.05)
+    with pytest.raises(ChainReplayError, match="was not this checkpoint's exploring chain sampler"):
+        recorded_chains(policy, spec, ds, transitions, other)
+
+    small, store = tmp_path / "small", PolicyStore(tmp_path / "small-policies")
+    store.publish(paths["ddim"], round=0, parity_error=0.0, tolerance=1e-5)
+    run_actor(env, small, store, ActorOptions(1, seed=SEED, poll_s=0.01))
+    store.publish(paths["exploring"], round=1, parity_error=0.0, tolerance=1e-5)
+    summary = run_actor(env, small, store, ActorOptions(2, seed=SEED, poll_s=0.01))
+    assert summary.versions == {1: 1} and "policy.noise column holds 8" in summary.skipped[2]
+    with pytest.raises(ChainReplayError, match=r"episode 0 records 8 values of 'policy.noise'"):
+        recorded_chains(policy, spec, load_dataset(small), chunk_transitions(load_dataset(small), spec, 0.99), chain)

@@ -12,21 +12,24 @@ import dataclasses
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from policies.generative.policy import GenerativePolicy, PolicyOptions
 from policies.generative.train import TrainConfig, train_teacher
 from policies.imitation import chunked
-from policies.rl.chain_ppo import ChainConfig, PpoConfig
+from policies.rl.chain_ppo import ChainConfig, ChainSampler, PpoConfig
 from policies.rl.head import ThenHead, distill_head
 from policies.rl.iql import IqlConfig
+from policies.rl.online_chains import ChainReplayError
 from policies.rl.ope import DynamicsConfig
 from policies.rl.rl100 import Rl100Config, Rl100Round
 from policies.rl.selection import SelectionConfig
 from policies.rl.self_distill import SelectConfig, SelectRound
-from reflexlab.dataset import load_dataset
-from tests.policies.test_habc import SPEC, forward_fraction, write_reach
+from real.record import NOISE_COLUMN
+from reflexlab.dataset import DatasetWriter, load_dataset
+from tests.policies.test_habc import GOAL, SPEC, STEPS, forward_fraction, write_reach
 
 CONFIG = Rl100Config(
     demos=Path("unset"), offline_rounds=1, online_rounds=1, gamma=0.9,
@@ -99,49 +102,114 @@ def test_ppo_stops_at_the_trust_regions_edge_and_only_what_stayed_inside_is_judg
     assert 0 < check["iteration"] < 20 and check["ppo"]["iterations"] == check["iteration"]
     assert check["action_shift"] <= bound < check["ppo"]["shift_beyond"]
     tiny = dataclasses.replace(config, max_action_shift=1e-6)
-    for round_ in (1, 2):  # offline, online
-        none = Rl100Round(tiny)(dataset, sft, tmp_path / f"tiny{round_}", round_)
-        assert none.checkpoint is None and none.numbers["stopped_at_trust_region"]
-        assert "PPO's first iteration moved the actions" in none.reason
-        assert "beyond the trust region (1e-06)" in none.reason
+    none = Rl100Round(tiny)(dataset, sft, tmp_path / "tiny", 1)
+    assert none.checkpoint is None and none.numbers["stopped_at_trust_region"]
+    assert "PPO's first iteration moved the actions" in none.reason
+    assert "beyond the trust region (1e-06)" in none.reason
     assert none.numbers["ppo"]["iterations"] == 0 and none.numbers["ppo"]["shift_beyond"] > 1e-6
     idle = Rl100Round(dataclasses.replace(tiny, ppo_iterations=0))(dataset, sft, tmp_path / "idle", 1)
     assert idle.reason.endswith("OPE accepted none of 0 candidates")  # no PPO asked for: nothing left the region
 
 
-def test_the_online_round_trains_on_the_newest_versions_states_and_the_distill_round_makes_a_head(
-    reach: tuple[Path, Path], tmp_path: Path
+def explore(policy_path: Path, root: Path, stochastic: bool = True, episodes: int = 48, version: int = 1) -> Path:
+    """Roll ``policy_path`` out on the reach as an exploring actor does: each chunk from `ChainSampler` with fresh
+    noise, the noise recorded in ``policy.noise`` at the step the chunk began, every step ``policy_version``."""
+    policy, _ = GenerativePolicy.load(policy_path)
+    sampler = ChainSampler(policy, CONFIG.chain, stochastic)
+    h, k = 4, CONFIG.chain.sampling_steps
+    features = {"observation.state": (2,), "action": (2,), "policy.action": (2,), NOISE_COLUMN: ((1 + k) * h * 2,)}
+    rng = torch.Generator().manual_seed(version)
+    with DatasetWriter(root, 10, "toy", features, SPEC) as writer:
+        for e in range(episodes):
+            x = -1.0 + 2.0 * e / (episodes - 1)
+            for t in range(STEPS):
+                row = np.zeros((1 + k) * h * 2, dtype=np.float32)
+                if t % 2 == 0:  # Ta = 2: a chunk begins every other step, as StepActor re-plans
+                    noise = torch.randn(1, 1 + k, h, 2, generator=rng)
+                    with torch.no_grad():
+                        plan = sampler(torch.tensor([[[x, 0.0]]]), noise[:, 0], noise[:, 1:])[0, :2].numpy()
+                    row = noise.numpy().ravel()
+                action = plan[t % 2].astype(np.float64)
+                x_next = x + float(action[0])
+                success = x_next >= GOAL
+                last = success or t == STEPS - 1
+                frame = {"observation.state": np.array([x, 0.0]), "action": action, "policy.action": action}
+                writer.add_frame(
+                    frame | {NOISE_COLUMN: row}, success=success, terminated=success,
+                    truncated=last and not success, policy_version=version,
+                )  # fmt: skip
+                x = x_next
+                if last:
+                    break
+            writer.save_episode("reach")
+    return root
+
+
+@pytest.fixture(scope="module")
+def explored(reach: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The SFT policy's own exploring episodes on the reach, its chains recorded."""
+    return explore(reach[1], tmp_path_factory.mktemp("explored") / "ds")
+
+
+def test_the_online_round_replays_the_robots_chains_and_the_distill_round_makes_a_head(
+    reach: tuple[Path, Path], explored: Path, tmp_path: Path
 ) -> None:
-    dataset, sft = reach
-    update = Rl100Round(dataclasses.replace(CONFIG, demos=dataset))
-    online = update(dataset, sft, tmp_path / "online", 2)
+    demos, sft = reach
+    update = Rl100Round(dataclasses.replace(CONFIG, demos=demos))
+    online = update(explored, sft, tmp_path / "online", 2)
     assert online.stage == "online" and online.checkpoint is not None and "ope" not in online.numbers
-    assert online.numbers["ppo_windows"] == online.numbers["transitions"] // 2  # the dataset is demos and rollouts
-    head = update(dataset, online.checkpoint, tmp_path / "distill", 3)
+    numbers = online.numbers
+    assert numbers["chains"] == numbers["transitions"] and numbers["chain_episodes"] == 48  # all the policy's own
+    assert numbers["replay_error"] < 1e-5  # torch replaying torch; an ONNX actor's is checked in test_rl_loop
+    assert 1 <= numbers["epochs"] <= CONFIG.online_epochs and numbers["ppo"]["updates"] > 0
+    tiny = Rl100Round(dataclasses.replace(CONFIG, demos=demos, max_action_shift=1e-6))
+    none = tiny(explored, sft, tmp_path / "tiny", 2)
+    assert none.checkpoint is None and none.numbers["stopped_at_trust_region"] and none.numbers["shift_beyond"] > 1e-6
+    assert none.reason == "PPO's first pass over the recorded chains left the trust region: nothing to deploy"
+    head = update(explored, online.checkpoint, tmp_path / "distill", 3)
     assert head.stage == "distill" and head.sampling_steps == 1
     student, _ = GenerativePolicy.load(head.checkpoint)
     assert student.method == "consistency"
     with pytest.raises(ValueError, match="student: RL-100 improves the multi-step policy"):
-        update(dataset, head.checkpoint, tmp_path / "again", 1)
+        update(demos, head.checkpoint, tmp_path / "again", 1)
 
 
-def test_the_random_advantage_control_moves_the_policy_but_not_forward(
-    reach: tuple[Path, Path], tmp_path: Path
+def test_the_online_round_steps_forward_more_than_its_random_advantage_control(
+    reach: tuple[Path, Path], explored: Path, tmp_path: Path
 ) -> None:
-    """The control runs the same online round with N(0, 1) draws for the critics' advantage: PPO moves the policy as
-    it always does, but the reach's forward steps rise only where the critics point."""
-    dataset, sft = reach
+    """Scored by GAE on the recorded chains, the chunks that stepped forward (and reached the goal) get the credit;
+    the control runs the same round with N(0, 1) draws in place of the advantages: PPO moves the policy as it always
+    does, but the reach's forward steps rise only where the returns point."""
+    demos, sft = reach
     before = forward_fraction(sft)
-    rounds = {a: Rl100Round(dataclasses.replace(CONFIG, demos=dataset, advantage=a)) for a in ("critics", "random")}
-    learned, control = (rounds[a](dataset, sft, tmp_path / a, 2) for a in ("critics", "random"))
+    rounds = {a: Rl100Round(dataclasses.replace(CONFIG, demos=demos, advantage=a)) for a in ("critics", "random")}
+    learned, control = (rounds[a](explored, sft, tmp_path / a, 2) for a in ("critics", "random"))
     after, scattered = forward_fraction(learned.checkpoint), forward_fraction(control.checkpoint)
-    assert after > before + 0.1 and after > scattered + 0.1, (before, after, scattered)  # 0.35 → 0.48 vs 0.32
+    assert after > before + 0.1 and after > scattered + 0.1, (before, after, scattered)
     assert abs(scattered - before) < 0.1, (before, scattered)
-    assert control.numbers["ppo"]["clip_fraction"] > 0.1  # the control's updates moved the policy
-    assert control.numbers["ppo"]["iterations"] == learned.numbers["ppo"]["iterations"] == CONFIG.ppo_iterations
-    assert 0.8 < control.numbers["ppo"]["advantage_std"] < 1.2  # the draws, not the critics' (~0.1 here)
+    assert control.numbers["ppo"]["clip_fraction"] > 0.05  # the control's updates moved the policy
+    assert 0.8 < control.numbers["advantage_std"] < 1.2 and learned.numbers["advantage_std"] < 0.5  # draws vs GAE
     with pytest.raises(ValueError, match="'critics' or 'random' \\(the control\\), not 'randm'"):
-        Rl100Config(demos=dataset, advantage="randm")  # type: ignore[arg-type]
+        Rl100Config(demos=demos, advantage="randm")  # type: ignore[arg-type]
+
+
+def test_the_online_round_refuses_chains_it_cannot_replay(
+    reach: tuple[Path, Path], explored: Path, tmp_path: Path
+) -> None:
+    """Chains are credited only to the policy that ran them: episodes without the noise column, noise from a
+    deterministic version (its steps ignored the step noise) or from another checkpoint are refused by name."""
+    demos, sft = reach
+    update = Rl100Round(dataclasses.replace(CONFIG, demos=demos))
+    with pytest.raises(ChainReplayError, match=r"episode 0 records no 'policy.noise'"):
+        update(demos, sft, tmp_path / "none", 2)
+    deterministic = explore(sft, tmp_path / "deterministic", stochastic=False, episodes=6)
+    with pytest.raises(ChainReplayError, match=r"episode \d+, step \d+: the recorded noise replays actions"):
+        update(deterministic, sft, tmp_path / "det", 2)
+    moved = update(explored, sft, tmp_path / "moved", 2).checkpoint
+    with pytest.raises(ChainReplayError, match="was not this checkpoint's exploring chain sampler"):
+        update(explored, moved, tmp_path / "other", 2)
+    with pytest.raises(ValueError, match=r"the online stage's actor runs the chain \(5 steps\) that the deployed"):
+        dataclasses.replace(CONFIG, sampling_steps=10)
 
 
 def test_the_ppo_anchor_reads_the_demonstrations_and_the_round_counts_the_kl_stops(
@@ -149,9 +217,10 @@ def test_the_ppo_anchor_reads_the_demonstrations_and_the_round_counts_the_kl_sto
 ) -> None:
     """A target KL no update can stay under: every iteration stops after its first step, and the round says so."""
     dataset, sft = reach
-    ppo = dataclasses.replace(CONFIG.online_ppo, bc_weight=1.0, target_kl=1e-9)
-    config = dataclasses.replace(CONFIG, demos=dataset, online_ppo=ppo, ppo_iterations=5)
-    stats = Rl100Round(config)(dataset, sft, tmp_path / "online", 2).numbers["ppo"]
+    ppo = dataclasses.replace(CONFIG.offline_ppo, bc_weight=1.0, target_kl=1e-9)
+    config = dataclasses.replace(CONFIG, demos=dataset, offline_ppo=ppo, ppo_iterations=5)
+    (check,) = Rl100Round(config)(dataset, sft, tmp_path / "offline", 1).numbers["ope"]
+    stats = check["ppo"]
     assert math.isfinite(stats["bc_loss"]) and stats["bc_loss"] > 0, stats
     assert stats["updates"] == 5 and stats["iterations_stopped_by_kl"] == 5, stats
 
