@@ -53,16 +53,26 @@ _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 @dataclass(frozen=True)
 class ChainConfig:
-    """The stochastic sampler: K DDIM steps (trailing spacing), η and the clip on each step's σ (RL-100's values)."""
+    """The stochastic sampler: K DDIM steps (trailing spacing), η and the clip on each step's σ (RL-100's values).
+
+    ``frozen_steps``: the first steps from x_K are sampled (and recorded, replayed) but left out of PPO's ratios, as
+    DPPO fine-tunes only its last denoising steps. Why: at the first step ᾱ_k ≈ 0, so x̂₀ divides the network's ε̂ by
+    √ᾱ_k and the mean moves by tens of times what ε̂ does, against a σ clipped to 0.1. On panda-push-t one Adam step
+    at lr 3e-6 (gradient clipped to 1) gave that step an approximate KL of 1.6 per chain against ≤ 3e-3 for every
+    later one: its ratios swamp the objective and the KL limit stops PPO after one update.
+    """
 
     sampling_steps: int = 10
     eta: float = 1.0
     sigma_min: float = 0.0067
     sigma_max: float = 0.1
+    frozen_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.sampling_steps < 1 or self.eta < 0 or not 0 < self.sigma_min <= self.sigma_max:
             raise ValueError(f"chain config out of range (K ≥ 1, η ≥ 0, 0 < σ_min ≤ σ_max): {self}")
+        if not 0 <= self.frozen_steps < self.sampling_steps:
+            raise ValueError(f"frozen_steps must leave PPO at least one of the K steps: {self}")
 
 
 @dataclass(frozen=True)
@@ -323,7 +333,7 @@ class PpoStats:
     loss: float  # the PPO surrogate loss (+ BC term)
     bc_loss: float | None  # the BC term's unweighted diffusion loss; None without one
     clip_fraction: float  # share of (chain, step) ratios outside [1 − ε, 1 + ε]
-    clip_fraction_per_step: tuple[float, ...]  # the same per denoising step, x_K's step first
+    clip_fraction_per_step: tuple[float, ...]  # the same per trained denoising step (after the frozen ones)
     approx_kl: float  # mean of (r − 1) − log r, ≥ 0 (Schulman's estimator of KL(old ‖ new))
     ratio_min: float  # over every ratio seen
     ratio_max: float
@@ -372,13 +382,24 @@ def chain_ppo_update(
     non-finite (advantages, loss, gradient or a parameter).
     """
     config, chain_config = config or PpoConfig(), chain_config or ChainConfig()
+    return _in_eval_mode(
+        policy, config, demos,
+        lambda: _update(policy, obs, images, advantage_fn, config, chain_config, generator, optimizer, demos),
+    )  # fmt: skip
+
+
+def _in_eval_mode(
+    policy: GenerativePolicy, config: PpoConfig, demos: Demos | None, update: Callable[[], PpoStats]
+) -> PpoStats:
+    """Run ``update`` with the policy in eval mode (the module docstring says why) and denormals flushed, then give
+    the policy its mode back; a BC term without demonstrations is refused first."""
     if config.bc_weight > 0 and demos is None:
         raise ValueError("bc_weight > 0 needs demos")
     was_training = policy.training
     policy.eval()
     try:
         with flush_denormals():
-            return _update(policy, obs, images, advantage_fn, config, chain_config, generator, optimizer, demos)
+            return update()
     finally:
         policy.train(was_training)
 
@@ -424,15 +445,10 @@ def stored_chain_ppo_update(
         raise ValueError(f"{obs.shape[0]} windows, {chain.log_probs.shape[0]} chains and {raw.shape} advantages")
     if not np.isfinite(raw).all():
         raise FloatingPointError("non-finite advantages: the value critic diverged")
-    if config.bc_weight > 0 and demos is None:
-        raise ValueError("bc_weight > 0 needs demos")
-    was_training = policy.training
-    policy.eval()
-    try:
-        with flush_denormals():
-            return _epochs(policy, obs, None, chain, raw, config, chain_config, generator, optimizer, demos, first_free)
-    finally:
-        policy.train(was_training)
+    return _in_eval_mode(
+        policy, config, demos,
+        lambda: _epochs(policy, obs, None, chain, raw, config, chain_config, generator, optimizer, demos, first_free),
+    )  # fmt: skip
 
 
 def _epochs(
@@ -456,14 +472,15 @@ def _epochs(
     opt = optimizer or make_optimizer(policy, config)
     params = [p for group in opt.param_groups for p in group["params"]]
     n, k = chain.log_probs.shape
+    f = chain_config.frozen_steps
     totals = {"loss": 0.0, "bc": 0.0, "kl": 0.0, "grad": 0.0}
-    clipped, ratio_min, ratio_max, updates, measured, seen = torch.zeros(k), math.inf, -math.inf, 0, 0, 0
+    clipped, ratio_min, ratio_max, updates, measured, seen = torch.zeros(k - f), math.inf, -math.inf, 0, 0, 0
     stopped = False
     for _ in range(config.epochs):
         for idx in torch.randperm(n, generator=generator).to(adv.device).split(config.minibatch_size):
             sub_images = None if images is None else images[idx]
             new = chain_log_prob(policy, obs[idx], sub_images, chain.take(idx), chain_config)
-            log_ratio = new - chain.log_probs[idx]
+            log_ratio = (new - chain.log_probs[idx])[:, f:]
             ratio = log_ratio.exp()
             with torch.no_grad():
                 kl = ((ratio - 1) - log_ratio).mean().item()

@@ -92,7 +92,9 @@ class Rl100Config:
             the 1-D reach: approximate KL 5–15 per iteration, 64–74 % of that step's ratios clipped) and its
             gradient drowns the other steps'; 100 iterations left the policy where it was on 3 of 3 seeds, where
             with 0.1 60 iterations took forward steps from 36 % to 75–82 % on 2 of 3 (the third's candidates were
-            rejected by OPE, as they should be). The deployed DDIM sampler is unchanged: the chain's mean path.
+            rejected by OPE, as they should be). The deployed DDIM sampler is unchanged: the chain's mean path. Its
+            first step is frozen (`ChainConfig.frozen_steps` says why): with it in the ratios an online round on
+            push-T stopped at its KL limit after one update; without it, 60 updates stayed under the limit.
         advantage: what points PPO: ``critics``, A = min Q − V (the method); ``random``, the control: an N(0, 1)
             draw per chunk in place of the critics' advantage, with the same critics fit (OPE still reads them), the
             same batches, trust region and gate. PPO moves a diffusion policy even along a random direction, and a
@@ -111,7 +113,7 @@ class Rl100Config:
     gamma: float = 0.99
     iql: IqlConfig = field(default_factory=IqlConfig)
     dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
-    chain: ChainConfig = field(default_factory=lambda: ChainConfig(sigma_min=0.1))
+    chain: ChainConfig = field(default_factory=lambda: ChainConfig(sigma_min=0.1, frozen_steps=1))
     offline_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.25, lr=1e-5, target_kl=TARGET_KL))
     online_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.2, lr=3e-6, target_kl=TARGET_KL))
     ppo_iterations: int = 200

@@ -31,6 +31,7 @@ from policies.rl.chain_ppo import (
     denoise_chain,
     make_optimizer,
     sample_chain,
+    stored_chain_ppo_update,
 )
 
 TINY = PolicyOptions(down_dims=(16,), time_embed_dim=32, encoder_hidden=64, encoder_dim=32)
@@ -235,6 +236,34 @@ def test_target_kl_stops_the_epochs_before_the_policy_runs_away(cloned: Generati
     assert kl_limited < kl_free / 2, (kl_limited, kl_free)
     with pytest.raises(ValueError, match="PPO config"):
         PpoConfig(target_kl=0.0)
+
+
+def test_stored_chains_train_only_the_steps_after_the_frozen_ones(cloned: GenerativePolicy) -> None:
+    """PPO on recorded chains (RL-100's online stage) reads no ratio of a frozen step: garbage in those steps' stored
+    log-probabilities leaves the update bit for bit the same. With ``first_free`` off, a policy already past the KL
+    limit of the chains' behaviour policy takes no update at all."""
+    obs = _obs(256, cloned, seed=30)
+    frozen = ChainConfig(frozen_steps=2)
+    chain = sample_chain(cloned, obs, None, frozen, torch.Generator().manual_seed(5))
+    advantages = _plus_is_good(obs.numpy(), chain.actions.numpy())
+    garbage = dataclasses.replace(chain, log_probs=chain.log_probs.clone())
+    garbage.log_probs[:, :2] += 5.0
+    config = PpoConfig(lr=2e-4, clip=0.25, epochs=2, minibatch_size=64)
+    moved = {}
+    for name, stored in (("clean", chain), ("garbage", garbage)):
+        policy = copy.deepcopy(cloned)
+        stats = stored_chain_ppo_update(
+            policy, obs, stored, advantages, config, frozen, torch.Generator().manual_seed(6)
+        )
+        assert stats.updates == 8 and len(stats.clip_fraction_per_step) == 8
+        moved[name] = policy
+    for a, b in zip(moved["clean"].parameters(), moved["garbage"].parameters(), strict=True):
+        assert torch.equal(a, b)
+    late = dataclasses.replace(config, target_kl=1e-9)
+    again = stored_chain_ppo_update(moved["clean"], obs, chain, advantages, late, frozen, first_free=False)
+    assert again.updates == 0 and again.stopped_early
+    with pytest.raises(ValueError, match="frozen_steps must leave PPO at least one"):
+        ChainConfig(sampling_steps=10, frozen_steps=10)
 
 
 def test_bc_term_pulls_towards_the_demos(cloned: GenerativePolicy) -> None:

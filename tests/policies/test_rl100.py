@@ -34,8 +34,9 @@ from tests.policies.test_habc import GOAL, SPEC, STEPS, forward_fraction, write_
 CONFIG = Rl100Config(
     demos=Path("unset"), offline_rounds=1, online_rounds=1, gamma=0.9,
     iql=IqlConfig(gamma=0.9, hidden=64, steps=600), dynamics=DynamicsConfig(hidden=64, steps=600),
-    chain=ChainConfig(sampling_steps=5, sigma_min=0.1), offline_ppo=PpoConfig(lr=2e-4, minibatch_size=64),
-    online_ppo=PpoConfig(clip=0.2, lr=2e-4, minibatch_size=64), ppo_iterations=60, ppo_batch=256, ope_every=20,
+    chain=ChainConfig(sampling_steps=5, sigma_min=0.1),
+    offline_ppo=PpoConfig(lr=2e-4, minibatch_size=64), online_ppo=PpoConfig(clip=0.2, lr=2e-4, minibatch_size=64),
+    ppo_iterations=60, ppo_batch=256, ope_every=20,
     ope_rollouts=128, ope_horizon=4, max_action_shift=None, sampling_steps=5,
     distill_train=TrainConfig(
         method="consistency", max_steps=40, batch_size=64, teacher_steps=5, teacher_samples_per_window=1,
