@@ -87,14 +87,13 @@ class Rl100Config:
         sampling_steps: the deployed DDIM sampler's steps (what OPE scores; the chain PPO's K is ``chain``'s).
         distill_train: the consistency head's training (`policies.rl.head.head_train`: its targets are the improved
             policy's 10-step DDIM samples, the sampler OPE scored and the rounds deployed).
-        chain: the stochastic chain PPO optimises. Its σ floor is 0.1 (DPPO's), not the 0.0067 METHODS.md reads from
-            RL-100: at σ 0.0067 the last denoising step's ratio swings over orders of magnitude with any update (on
-            the 1-D reach: approximate KL 5–15 per iteration, 64–74 % of that step's ratios clipped) and its
-            gradient drowns the other steps'; 100 iterations left the policy where it was on 3 of 3 seeds, where
-            with 0.1 60 iterations took forward steps from 36 % to 75–82 % on 2 of 3 (the third's candidates were
-            rejected by OPE, as they should be). The deployed DDIM sampler is unchanged: the chain's mean path. Its
-            first step is frozen (`ChainConfig.frozen_steps` says why): with it in the ratios an online round on
-            push-T stopped at its KL limit after one update; without it, 60 updates stayed under the limit.
+        chain: the stochastic chain PPO optimises, and the exploring actor samples: RL-100's σ in [0.0067, 0.1],
+            scored by PPO with σ floored at 0.1 (DPPO's ``min_logprob_denoising_std``), its first step frozen
+            (`ChainConfig` says why for both). History: with σ 0.0067 in the ratios too, 100 iterations left the 1-D
+            reach policy where it was on 3 of 3 seeds (the last step's ratio swung over orders of magnitude, 64–74 %
+            of its ratios clipped); sampling at a 0.1 floor as well fixed that but made push-T's exploring actor a
+            random one (the SFT alone: 0.04 against 0.72 at 0.0067, 100 episodes). The deployed DDIM sampler is the
+            chain's mean path either way.
         advantage: what points PPO: ``critics``, A = min Q − V (the method); ``random``, the control: an N(0, 1)
             draw per chunk in place of the critics' advantage, with the same critics fit (OPE still reads them), the
             same batches, trust region and gate. PPO moves a diffusion policy even along a random direction, and a
@@ -113,7 +112,7 @@ class Rl100Config:
     gamma: float = 0.99
     iql: IqlConfig = field(default_factory=IqlConfig)
     dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)
-    chain: ChainConfig = field(default_factory=lambda: ChainConfig(sigma_min=0.1, frozen_steps=1))
+    chain: ChainConfig = field(default_factory=lambda: ChainConfig(frozen_steps=1, logprob_sigma_min=0.1))
     offline_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.25, lr=1e-5, target_kl=TARGET_KL))
     online_ppo: PpoConfig = field(default_factory=lambda: PpoConfig(clip=0.2, lr=3e-6, target_kl=TARGET_KL))
     ppo_iterations: int = 200
