@@ -179,10 +179,10 @@ class Rl100Round:
         spec = multistep_spec(policy, extra, checkpoint, "RL-100 improves")
         rollouts = load_dataset(dataset)  # chunk_transitions refuses a dataset of another task (SpecMismatchError)
         episodes = chunk_transitions(rollouts, spec, cfg.gamma)
+        torch.manual_seed(cfg.seed + round_)  # the critics' initial weights: a round reruns the same
         if stage == "online":
             return self._online(policy, extra, spec, rollouts, episodes, out, round_)
         data = concat_transitions(chunk_transitions(load_dataset(cfg.demos), spec, cfg.gamma), episodes)
-        torch.manual_seed(cfg.seed + round_)
         critics = IqlCritics(data.obs_dim, data.chunk, data.action_dim, dataclasses.replace(cfg.iql, seed=cfg.seed))
         critic_losses = critics.fit(data)
         _say(f"rl100 round {round_} ({stage}): IQL critics fit on {len(data)} chunk transitions: {critic_losses}")
