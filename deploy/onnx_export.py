@@ -43,7 +43,7 @@ from deploy.artifact import (
 from policies.actor import LoadedPolicy
 from policies.generative.methods import METHODS
 from policies.generative.policy import GenerativePolicy, MultiStepSampler, OneStepGenerator
-from policies.rl.chain_ppo import ChainConfig, ChainSampler
+from policies.rl.chain import ChainConfig, ChainSampler
 from reflexlab import __version__
 from reflexlab.io import file_sha256
 from reflexlab.spec import Spec

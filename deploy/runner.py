@@ -171,7 +171,16 @@ class OnnxGenerator(_OnnxModel):
         chain = {i.name: i.shape for i in self.session.get_inputs()}.get(STEP_NOISE_NAME)
         # a chain sampler's per-step noise (K, H, A); None for a generator that takes x_K's noise only
         self.step_noise_shape = None if chain is None else (int(chain[1]), *self.chunk_shape)
-        self.last_noise: np.ndarray | None = None  # (batch, 1 + K, H, A): x_K's noise, then each step's, as fed
+        self._fed: list[np.ndarray] = []  # the last call's noise inputs, joined only when a recorder asks
+
+    @property
+    def last_noise(self) -> np.ndarray | None:
+        """(batch, 1 + K, H, A): the last `sample`'s x_K noise, then each chain step's, as fed; None before one.
+        Joined here, not in `sample`, so that serving (the policy node re-plans every period) pays nothing for it."""
+        if not self._fed:
+            return None
+        eps, *chain = self._fed
+        return np.concatenate([eps[:, None], *chain], axis=1)
 
     @property
     def noise_size(self) -> int:
@@ -216,8 +225,7 @@ class OnnxGenerator(_OnnxModel):
         frames = self._checked_images(images, len(x), single)
         feeds = dict(zip(self._inputs, (x, eps, *chain, *frames), strict=True))
         out = self.session.run([self._output], feeds)[0]
-        flat = [eps.reshape(len(x), 1, *self.chunk_shape), *chain]
-        self.last_noise = np.concatenate(flat, axis=1)
+        self._fed = [eps, *chain]
         return out[0] if single else out
 
     def _checked_step_noise(

@@ -33,7 +33,7 @@ from torch.utils.tensorboard import SummaryWriter
 from deploy.onnx_export import export_verified_generator
 from deploy.policy_store import PolicyStore, PolicyStoreError, PolicyVersion
 from policies.imitation import load_generative, observation_windows
-from policies.rl.chain_ppo import ChainConfig
+from policies.rl.chain import ChainConfig
 from policies.rl.rounds import (
     RoundOutcome,
     RoundUpdate,
@@ -68,7 +68,7 @@ class LearnerOptions:
         paced: ask the actor for exactly the episodes each round waits for (`PolicyStore.want`), so that the robot
             time a method uses is its rounds' budget; False: the actor collects without pause while the learner
             trains (asynchronous, as FastRLAP's actor).
-        chain: export every multi-step version as `policies.rl.chain_ppo.ChainSampler` of this chain, so that the
+        chain: export every multi-step version as `policies.rl.chain.ChainSampler` of this chain, so that the
             actor records each chunk's denoising noise (`real.record.NOISE_COLUMN`): RL-100 with online rounds.
         explore_rounds: the rounds whose update trains on the chains the deployed version ran (RL-100's online
             rounds): the version deployed before each is exported exploring (the stochastic chain), all others

@@ -2,7 +2,7 @@
 
 The paper's online RL is on-policy PPO over the denoising chain with GAE: the robot samples each chunk with the
 stochastic chain and keeps the chain, the learner scores every executed chunk by what followed it. Here the actor
-serves the exploring version as `policies.rl.chain_ppo.ChainSampler` (x_K's noise and each step's noise are ONNX
+serves the exploring version as `policies.rl.chain.ChainSampler` (x_K's noise and each step's noise are ONNX
 inputs) and records what it drew in the ``policy.noise`` column at the step each chunk began
 (`real.record.NOISE_COLUMN`); the learner replays the chains with the version's checkpoint (`replay_chain`) and checks
 that they give the actions the robot was asked for, so a chain is never credited to a policy that did not run it.
@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from policies.generative.policy import GenerativePolicy
-from policies.rl.chain_ppo import Chain, ChainConfig, replay_chain
+from policies.rl.chain import Chain, ChainConfig, replay_chain
 from policies.rl.credit import episode_credit
 from policies.rl.critics import CriticConfig, cross_fitted_values
 from policies.rl.habc import lambda_advantage
@@ -65,7 +65,8 @@ def recorded_chains(
     ``ds``'s); ``policy`` must be that version's checkpoint. Raises `ChainReplayError` naming the first episode
     whose noise is missing or replays other actions than it recorded (recorded by a deterministic version, another
     sampler or another policy)."""
-    versions = np.array([int(ds.episode(i)["policy_version"][0]) for i in range(ds.num_episodes)])
+    episodes = [ds.episode(i) for i in range(ds.num_episodes)]  # read once: versions, noise and asked actions
+    versions = np.array([int(steps["policy_version"][0]) for steps in episodes])
     newest = versions.max()
     rows = np.flatnonzero((versions[transitions.episode] == newest) & transitions.by_policy)
     if not len(rows):
@@ -74,10 +75,9 @@ def recorded_chains(
     size = (1 + k) * h * a
     noise = np.empty((len(rows), 1 + k, h, a), dtype=np.float32)
     asked = np.empty((len(rows), spec.execution_horizon, a), dtype=np.float32)
-    cache: dict[int, dict[str, np.ndarray]] = {}
     for j, row in enumerate(rows):
         e, t = int(transitions.episode[row]), int(transitions.step[row])
-        steps = cache.setdefault(e, ds.episode(e))
+        steps = episodes[e]
         column = steps.get(NOISE_COLUMN)
         if column is None or column.shape[1] < size:
             held = "no" if column is None else f"{column.shape[1]} values of"

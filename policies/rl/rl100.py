@@ -19,7 +19,7 @@ it are `Rl100Round`, one `policies.rl.rounds.RoundUpdate` whose stage follows fr
   push-T the shift only grew with iterations (0.08 action std at 25, 0.21 at 200), so nothing later would return.
 * **online** (the next ``online_rounds``): on-policy PPO (ε 0.2) on the denoising chains the robot ran, as the
   paper does. The version deployed before an online round explores: the learner exports it as a chain sampler whose
-  per-step noise is an ONNX input (`policies.rl.chain_ppo.ChainSampler`), the actor records every chunk's noise, and
+  per-step noise is an ONNX input (`policies.rl.chain.ChainSampler`), the actor records every chunk's noise, and
   the round replays those chains with the version's checkpoint (checked against the actions the robot was asked for)
   and scores each chunk the policy executed by GAE(λ = ``gae_lambda``) from a value critic on the episodes' credited
   returns (`policies.rl.online_chains`). ``online_epochs`` passes over the chains, each kept only inside the trust
@@ -48,8 +48,8 @@ import torch
 
 from policies.generative.policy import GenerativePolicy
 from policies.generative.train import TrainConfig
+from policies.rl.chain import ChainConfig
 from policies.rl.chain_ppo import (
-    ChainConfig,
     Demos,
     PpoConfig,
     chain_ppo_update,

@@ -164,7 +164,7 @@ def test_an_exploring_version_records_the_chains_it_ran_and_the_learner_replays_
     from deploy.runner import OnnxGenerator
     from policies.generative.normalizer import MinMaxNormalizer
     from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions
-    from policies.rl.chain_ppo import ChainConfig
+    from policies.rl.chain import ChainConfig
     from policies.rl.online_chains import ChainReplayError, recorded_chains
     from policies.rl.transitions import chunk_transitions
     from real.record import NOISE_COLUMN

@@ -21,18 +21,8 @@ from policies.generative.diffusion import Diffusion
 from policies.generative.normalizer import MinMaxNormalizer
 from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions
 from policies.generative.sampler import flush_denormals
-from policies.rl.chain_ppo import (
-    ChainConfig,
-    Demos,
-    PpoConfig,
-    chain_log_prob,
-    chain_ppo_update,
-    chain_steps,
-    denoise_chain,
-    make_optimizer,
-    sample_chain,
-    stored_chain_ppo_update,
-)
+from policies.rl.chain import ChainConfig, chain_log_prob, chain_steps, denoise_chain, sample_chain
+from policies.rl.chain_ppo import Demos, PpoConfig, chain_ppo_update, make_optimizer, stored_chain_ppo_update
 
 TINY = PolicyOptions(down_dims=(16,), time_embed_dim=32, encoder_hidden=64, encoder_dim=32)
 CAMERA = PolicyOptions(

@@ -19,7 +19,8 @@ import torch
 from policies.generative.policy import GenerativePolicy, PolicyOptions
 from policies.generative.train import TrainConfig, train_teacher
 from policies.imitation import chunked
-from policies.rl.chain_ppo import ChainConfig, ChainSampler, PpoConfig
+from policies.rl.chain import ChainConfig, ChainSampler
+from policies.rl.chain_ppo import PpoConfig
 from policies.rl.head import ThenHead, distill_head, multistep_spec
 from policies.rl.iql import IqlConfig
 from policies.rl.online_chains import ChainReplayError, chunk_gae, recorded_chains, returns_and_values
