@@ -325,10 +325,11 @@ class Rl100Round:
         """PPO on the chains the deployed (exploring) version ran, advantages from its episodes' returns by GAE."""
         cfg = self.config
         chains = recorded_chains(policy, spec, rollouts, episodes, cfg.chain)
-        values, value_mse = returns_and_values(rollouts, cfg.gamma, cfg.critic)
+        value_mse = None  # the control fits no critic: nothing would read it
         if cfg.advantage == "random":
             advantage = np.random.default_rng(cfg.seed + round_).standard_normal(len(chains.window))
         else:
+            values, value_mse = returns_and_values(rollouts, cfg.gamma, cfg.critic)
             advantage = chunk_gae(values, chains.episode, chains.step, cfg.gamma, cfg.gae_lambda)
         numbers: dict[str, Any] = {
             "transitions": len(episodes),
@@ -339,7 +340,7 @@ class Rl100Round:
             "advantage_mean": float(advantage.mean()),
             "advantage_std": float(advantage.std()),
         }
-        _say(f"rl100 round {round_} (online): {len(chains.window)} recorded chains, value MSE {value_mse:.4f}")
+        _say(f"rl100 round {round_} (online): {len(chains.window)} recorded chains, value MSE {value_mse}")
         region = self._region(policy, spec, chains.window, episodes.action_std, round_)
         obs = torch.as_tensor(chains.window, dtype=torch.float32)
         optimizer = make_optimizer(policy, cfg.online_ppo)
