@@ -239,14 +239,7 @@ class OnnxGenerator(_OnnxModel):
         want = (batch, *self.step_noise_shape)
         if step_noise is None:
             return [(rng or self.rng).standard_normal(want, dtype=np.float32)]
-        z = np.asarray(step_noise)
-        if single and z.shape == want[1:]:
-            z = z[None]
-        if z.shape != want or not np.issubdtype(z.dtype, np.floating) or not np.isfinite(z).all():
-            raise PolicyInputError(
-                f"step_noise is {z.dtype} {np.shape(step_noise)}, expected finite (batch, K, H, A) = {want}"
-            )
-        return [z.astype(np.float32, copy=False)]
+        return [self._checked_noise(step_noise, want, single, "step_noise", ("batch", "K", "H", "A"))]
 
     def _checked_images(self, images: Mapping[str, np.ndarray] | None, batch: int, single: bool) -> list[np.ndarray]:
         """Each camera's frames as (batch, To, 3, H, W) uint8, in the model's input order."""
@@ -276,19 +269,30 @@ class OnnxGenerator(_OnnxModel):
         return out
 
     @staticmethod
-    def _checked_noise(noise: np.ndarray, want: tuple[int, int, int], single: bool) -> np.ndarray:
-        """Noise as (batch, H, A) float32; (H, A) is accepted beside a single history."""
+    def _checked_noise(
+        noise: np.ndarray,
+        want: tuple[int, ...],
+        single: bool,
+        name: str = "noise",
+        dims: tuple[str, ...] = ("batch", "H", "A"),
+    ) -> np.ndarray:
+        """N(0, I) samples fed to the model (``noise``, or a chain's ``step_noise``) as float32 of shape ``want``;
+        without the batch dimension it is accepted beside a single history."""
         eps = np.asarray(noise)
         if single and eps.shape == want[1:]:
             eps = eps[None]
         if eps.shape != want:
-            raise PolicyInputError(f"noise has shape {np.shape(noise)}, expected (batch, H, A) = {want}")
+            raise PolicyInputError(f"{name} has shape {np.shape(noise)}, expected ({', '.join(dims)}) = {tuple(want)}")
         if not np.issubdtype(eps.dtype, np.floating):
-            raise PolicyInputError(f"noise has dtype {eps.dtype}, expected floating point (N(0, I) samples)")
+            raise PolicyInputError(f"{name} has dtype {eps.dtype}, expected floating point (N(0, I) samples)")
         if not np.isfinite(eps).all():
-            b, h, a = np.argwhere(~np.isfinite(eps))[0]
-            raise PolicyInputError(f"noise is not finite (batch {b}, chunk step {h}, action {a})")
+            index = np.argwhere(~np.isfinite(eps))[0]
+            where = ", ".join(f"{_DIM_NAMES[d]} {i}" for d, i in zip(dims, index, strict=True))
+            raise PolicyInputError(f"{name} is not finite ({where})")
         return eps.astype(np.float32, copy=False)
+
+
+_DIM_NAMES = {"batch": "batch", "K": "denoising step", "H": "chunk step", "A": "action"}
 
 
 def load_model(path: Path, robot_spec: Spec | None = None, threads: int = 1) -> OnnxPolicy | OnnxGenerator:

@@ -73,7 +73,9 @@ class LearnerOptions:
         explore_rounds: the rounds whose update trains on the chains the deployed version ran (RL-100's online
             rounds): the version deployed before each is exported exploring (the stochastic chain), all others
             deterministic (DDIM η = 0 through the same inputs). A round that must explore but finds a deterministic
-            version deployed (the round before deployed nothing) publishes that version again, exploring.
+            version deployed (the round before deployed nothing) publishes that version again, exploring. If the
+            store refuses that export (parity), the learner stops with the store's error rather than spend a round
+            of robot time on chains it cannot train on; the actor goes on serving the deployed version.
     """
 
     rounds: int

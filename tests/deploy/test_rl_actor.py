@@ -161,7 +161,7 @@ def test_an_exploring_version_records_the_chains_it_ran_and_the_learner_replays_
     from deploy.artifact import STEP_NOISE_NAME, read_metadata
     from deploy.onnx_export import export_verified_generator
     from deploy.rl.actor import ActorOptions, run_actor
-    from deploy.runner import OnnxGenerator
+    from deploy.runner import OnnxGenerator, PolicyInputError
     from policies.generative.normalizer import MinMaxNormalizer
     from policies.generative.policy import GenerativePolicy, PolicyConfig, PolicyOptions
     from policies.rl.chain import ChainConfig
@@ -196,6 +196,13 @@ def test_an_exploring_version_records_the_chains_it_ran_and_the_learner_replays_
     np.testing.assert_allclose(deterministic.sample(obs, noise, step_noise=-z), same, atol=1e-5)
     assert np.abs(exploring.sample(obs, noise, step_noise=z) - same).max() > 1e-2  # its steps add their noise
     assert ddim.noise_size == 8 and exploring.noise_size == 32
+    with pytest.raises(PolicyInputError, match=r"step_noise has shape \(8, 2, 4, 2\), expected \(batch, K, H, A\)"):
+        exploring.sample(obs, noise, step_noise=z[:, :2])
+    z[3, 1, 2, 0] = np.nan
+    with pytest.raises(PolicyInputError, match=r"not finite \(batch 3, denoising step 1, chunk step 2, action 0\)"):
+        exploring.sample(obs, noise, step_noise=z)
+    with pytest.raises(PolicyInputError, match="takes no step noise"):
+        ddim.sample(obs, noise, step_noise=z)
 
     store, dataset = PolicyStore(tmp_path / "policies"), tmp_path / "ds"
     store.publish(paths["exploring"], round=0, parity_error=0.0, tolerance=1e-5)
