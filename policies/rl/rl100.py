@@ -213,7 +213,7 @@ class Rl100Round:
         done, stats = 0, {"left_region": False}
         while done < cfg.ppo_iterations and not stats["left_region"]:
             iterations = min(cfg.ope_every, cfg.ppo_iterations - done)
-            stats = self._ppo(
+            stats, shift = self._ppo(
                 policy,
                 data.window,
                 advantage,
@@ -228,7 +228,7 @@ class Rl100Round:
             if stats["iterations"] == 0:  # the policy is the last check's (or the deployed one): nothing new to judge
                 break
             done += stats["iterations"]
-            candidate, shift = estimate(policy), region.shift(policy)
+            candidate, shift = estimate(policy), shift or region.shift(policy)
             verdict = compare(candidate, reference_value, cfg.min_improvement)
             checks.append(
                 {
@@ -284,15 +284,16 @@ class Rl100Round:
         generator: torch.Generator | None = None,
         demos: Demos | None = None,
         region: TrustRegion | None = None,
-    ) -> dict[str, Any]:
+    ) -> tuple[dict[str, Any], ActionShift | None]:
         """Up to ``iterations`` chain-PPO iterations on batches drawn from ``windows``, ending at (and undoing) the
         first that leaves ``region``: the last kept iteration's figures, how many were kept (``iterations``), the
         optimiser steps taken, how many iterations the target KL cut short, and whether (``left_region``) and how far
-        (``shift_beyond``) the undone iteration left the region."""
+        (``shift_beyond``) the undone iteration left the region; and the kept policy's shift when the region measured
+        it (the OPE check reuses it rather than sample the region's windows again)."""
         generator = generator or torch.Generator().manual_seed(self.config.seed + round_)
         optimizer = optimizer or make_optimizer(policy, ppo)
         obs = torch.as_tensor(windows, dtype=torch.float32)
-        stats, updates, stopped, kept = None, 0, 0, 0
+        stats, updates, stopped, kept, kept_shift = None, 0, 0, 0, None
         out: dict[str, Any] = {"left_region": False}
         guard = region if region is not None and region.bound is not None else None
         before: dict[str, torch.Tensor] = {}
@@ -309,8 +310,9 @@ class Rl100Round:
                 out |= {"left_region": True, "shift_beyond": shift.mean}
                 break
             stats, kept = step, kept + 1
+            kept_shift = shift if guard is not None else None
         last = {k: v for k, v in dataclasses.asdict(stats).items() if isinstance(v, float)} if stats else {}
-        return last | out | {"iterations": kept, "updates": updates, "iterations_stopped_by_kl": stopped}
+        return last | out | {"iterations": kept, "updates": updates, "iterations_stopped_by_kl": stopped}, kept_shift
 
     def _online(
         self,
@@ -405,7 +407,7 @@ class TrustRegion:
         return action_shift(self.act(policy), self.deployed, self.scale)
 
     def holds(self, shift: ActionShift) -> bool:
-        return self.bound is None or shift.mean <= self.bound  # a NaN shift does not hold
+        return bool(np.isfinite(shift.mean)) and (self.bound is None or shift.mean <= self.bound)
 
 
 def _first_step_left(stats: dict[str, Any], region: TrustRegion) -> str:
