@@ -32,6 +32,7 @@ from reflexlab.dataset import (
     DatasetWriter,
     load_dataset,
 )
+from reflexlab.dataset.recovery import LOCK_GRACE_S, lock_dataset
 from reflexlab.spec import ActionSpec, ObsGroup, ObsTerm, Spec
 
 REPO = Path(__file__).resolve().parents[2]
@@ -288,6 +289,32 @@ def test_exception_inside_the_writer_discards_the_episode_and_one_writer_at_a_ti
             DatasetWriter(tmp_path, FPS, "toy", FEATURES)
         raise RuntimeError("robot fell over")
     assert load_dataset(tmp_path).num_episodes == 1
+
+
+def test_a_lock_shared_with_a_dying_writers_forked_child_is_waited_for_not_refused(tmp_path: Path) -> None:
+    """A writer killed while forking (ffmpeg's Popen with a preexec_fn) leaves its flock with the child until that
+    child execs or exits. Here a real forked child holds the writer's lock 0.3 s after the writer let go: the next
+    writer waits for it (`LOCK_GRACE_S`); a child that outlives the grace is another writer, refused by name."""
+    for hold_s, taken in ((0.3, True), (LOCK_GRACE_S + 1.0, False)):
+        root = tmp_path / f"held{hold_s}"
+        root.mkdir()
+        handle = lock_dataset(root)
+        child = os.fork()
+        if child == 0:  # the child shares the lock's open file description, as a forking writer's child does
+            time.sleep(hold_s)
+            os._exit(0)
+        handle.close()  # the writer is gone; only its child holds the lock now
+        start = time.monotonic()
+        try:
+            if taken:
+                lock_dataset(root).close()
+                assert 0.1 < time.monotonic() - start < LOCK_GRACE_S
+            else:
+                with pytest.raises(DatasetError, match="another DatasetWriter"):
+                    lock_dataset(root)
+                assert time.monotonic() - start >= LOCK_GRACE_S
+        finally:
+            os.waitpid(child, 0)
 
 
 # --- reader refusals ---------------------------------------------------------------------------------------------
