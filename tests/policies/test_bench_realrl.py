@@ -32,8 +32,8 @@ def bench(tmp_path: Path, *args: str) -> dict:
 def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
     metrics = bench(tmp_path, "--task", "panda-push-t")
     policies, rounds = metrics["policies"], metrics["rounds"]
-    wanted = {"sft", "awbc", "habc", "habc-unaware", "select", "select-head", "rl100-online", "rl100-head"}
-    assert wanted | {"rl100-random-online", "rl100-random-head"} <= set(policies)
+    wanted = {"sft", "sft-longer", "awbc", "habc", "habc-unaware", "select", "select-head", "rl100-online"}
+    assert wanted | {"rl100-head", "rl100-random-online", "rl100-random-head"} <= set(policies)
     for name, p in policies.items():
         (run,) = p["per_seed"]
         assert 0.0 <= run["success"] <= 1.0 and run["sampling_steps"] == (1 if name.endswith("-head") else 2)
@@ -52,6 +52,11 @@ def test_push_t_runs_every_method_on_one_budget(tmp_path: Path) -> None:
     assert control["episodes_per_round"] == rl100["episodes_per_round"]
     gap = metrics["controls"]["rl100_online_minus_random_control"]["per_seed"]
     assert gap == [policies["rl100-online"]["success_mean"] - policies["rl100-random-online"]["success_mean"]]
+    longer = metrics["controls"]["habc_minus_sft_longer"]["per_seed"]  # the imitation baseline, no robot time
+    assert longer == [policies["habc"]["success_mean"] - policies["sft-longer"]["success_mean"]]
+    trained = json.loads((tmp_path / "work" / "panda-push-t" / "seed0" / "sft-longer" / "sft_longer.json").read_text())
+    assert trained["steps"] == 20 and trained["checkpoint"] == policies["sft-longer"]["per_seed"][0]["checkpoint"]
+    assert "sft-longer" not in rounds
     assert {"rl100_success_ge_0.98", "rl100_robot_time_le_2h", "head_p99_le_1ms"} <= set(metrics["bars"])
     assert {"select_head_success_ge_0.97x_multistep", "select_head_p99_le_1ms"} <= set(metrics["bars"])
     assert all(isinstance(b["pass"], bool) for b in metrics["bars"].values())
@@ -106,11 +111,16 @@ def test_bars_judge_the_numbers_and_serialise() -> None:
 def test_the_control_gap_is_paired_per_seed_and_left_out_where_a_stage_deployed_nothing() -> None:
     from reflexlab.cli.bench.realrl_report import controls
 
-    def seed(method: float, control: float) -> dict:
-        return {"policies": {"rl100-online": {"success": method}, "rl100-random-online": {"success": control}}}
+    def seed(method: float, control: float, longer: float | None = None) -> dict:
+        got = {"rl100-online": {"success": method}, "rl100-random-online": {"success": control}}
+        return {"policies": got | ({} if longer is None else {"sft-longer": {"success": longer}})}
 
     got = controls({0: seed(0.8, 0.7), 1: seed(0.6, 0.7)} | {2: seed(0.75, 0.75)})
-    assert set(got) == {"rl100_online_minus_random_control"}  # no offline or head policy on any seed
+    assert set(got) == {"rl100_online_minus_random_control"}  # no offline or head policy, no sft-longer on any seed
     gap = got["rl100_online_minus_random_control"]
     assert gap["per_seed"] == pytest.approx([0.1, -0.1, 0.0]) and gap["mean"] == pytest.approx(0.0)
     assert gap["std"] == pytest.approx(0.1)
+    got = controls({0: seed(0.8, 0.7, 0.85), 1: seed(0.6, 0.7, 0.5)})
+    assert got["rl100_online_minus_sft_longer"]["per_seed"] == pytest.approx([-0.05, 0.1])
+    assert got["rl100_random_online_minus_sft_longer"]["per_seed"] == pytest.approx([-0.15, 0.2])
+    assert "rl100_online_minus_sft_longer" not in controls({0: seed(0.8, 0.7, 0.85), 1: seed(0.6, 0.7)})

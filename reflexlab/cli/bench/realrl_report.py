@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 ORDER = (
-    "sft", "awbc", "habc", "habc-unaware", "habc-select", "select", "select-head", "rl100-offline", "rl100-online",
-    "rl100-head", "rl100-random-offline", "rl100-random-online", "rl100-random-head",
+    "sft", "sft-longer", "awbc", "habc", "habc-unaware", "habc-select", "select", "select-head", "rl100-offline",
+    "rl100-online", "rl100-head", "rl100-random-offline", "rl100-random-online", "rl100-random-head",
 )  # fmt: skip
 TWO_HOURS = 2.0
 
@@ -125,18 +125,27 @@ def bars(task: str, policies: dict[str, Any], rounds: dict[str, Any]) -> dict[st
 
 
 def controls(per_seed: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """RL-100 against its random-advantage control, stage by stage: the success difference on the same evaluation
-    episodes, paired per training seed (mean ± std over seeds, and each seed's). A gain that does not beat the control
-    is the scatter of moving the policy, not learning (`policies.rl.rl100.Rl100Config.advantage`)."""
+    """Success differences on the same evaluation episodes, paired per training seed (mean ± std over seeds, and each
+    seed's): RL-100 against its random-advantage control, stage by stage (a gain that does not beat the control is the
+    scatter of moving the policy, not learning: `policies.rl.rl100.Rl100Config.advantage`), and every policy against
+    ``sft-longer``, the SFT trained on for as many steps on the demonstrations alone (a gain that does not beat it
+    was to be had without a robot)."""
     out: dict[str, Any] = {}
     pairs = [s["policies"] for s in per_seed.values()]
-    for stage in ("offline", "online", "head"):
-        method, control = f"rl100-{stage}", f"rl100-random-{stage}"
-        if not all(method in p and control in p for p in pairs):
-            continue
-        gaps = [p[method]["success"] - p[control]["success"] for p in pairs]
+
+    def gap(name: str, baseline: str) -> dict[str, Any] | None:
+        if not all(name in p and baseline in p for p in pairs):
+            return None
+        gaps = [p[name]["success"] - p[baseline]["success"] for p in pairs]
         mean, std = _mean_std(gaps)
-        out[f"rl100_{stage}_minus_random_control"] = {"mean": mean, "std": std, "per_seed": gaps}
+        return {"mean": mean, "std": std, "per_seed": gaps}
+
+    for stage in ("offline", "online", "head"):
+        if (found := gap(f"rl100-{stage}", f"rl100-random-{stage}")) is not None:
+            out[f"rl100_{stage}_minus_random_control"] = found
+    for name in ORDER:
+        if name not in ("sft", "sft-longer") and (found := gap(name, "sft-longer")) is not None:
+            out[f"{name.replace('-', '_')}_minus_sft_longer"] = found
     return out
 
 
@@ -218,4 +227,4 @@ def _table(
     print_table("bars", figures, ("bar", "pass", "figures"))
     gaps = [(k, _fmt(v["mean"], v["std"])) for k, v in control.items()]
     if gaps:
-        print_table("RL-100 against its random-advantage control (paired per seed)", gaps, ("stage", "success gap"))
+        print_table("against the controls (paired per seed)", gaps, ("policy minus control", "success gap"))
