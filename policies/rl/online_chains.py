@@ -9,13 +9,15 @@ that they give the actions the robot was asked for, so a chain is never credited
 
 Advantages: a state-value critic on Monte-Carlo targets, ``γ^n · outcome`` per policy step with n steps left in its
 segment (the credit rules of `policies.rl.credit`: a segment the person took over ends at 0, the person's steps get
-no target), cross-fitted over episodes (`policies.rl.critics.cross_fitted_values` says why), then GAE(λ) per step
-(`policies.rl.habc.lambda_advantage`); a chunk's advantage is that of the step it began at, whose λ-return runs on
-through the chunk's steps and past them. Only chunks the policy executed whole are trained on.
+no target; with a progress weight w, a segment ends at ``(outcome + w · progress) / (1 + w)`` instead, see
+`returns_and_values`), cross-fitted over episodes (`policies.rl.critics.cross_fitted_values` says why), then GAE(λ)
+per step (`policies.rl.habc.lambda_advantage`); a chunk's advantage is that of the step it began at, whose λ-return
+runs on through the chunk's steps and past them. Only chunks the policy executed whole are trained on.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +25,7 @@ import torch
 
 from policies.generative.policy import GenerativePolicy
 from policies.rl.chain import Chain, ChainConfig, replay_chain
-from policies.rl.credit import episode_credit
+from policies.rl.credit import Credit, episode_credit
 from policies.rl.critics import CriticConfig, cross_fitted_values
 from policies.rl.habc import lambda_advantage
 from policies.rl.transitions import ChunkTransitions
@@ -113,15 +115,26 @@ def recorded_chains(
 
 
 def returns_and_values(
-    ds: Dataset, gamma: float, critic: CriticConfig, folds: int = 5
+    ds: Dataset, gamma: float, critic: CriticConfig, folds: int = 5, progress_weight: float = 0.0
 ) -> tuple[dict[int, np.ndarray], float]:
     """{episode: (2, T)}: each step's value, from a critic cross-fitted on every episode's credited returns, and the
-    outcome the step bootstraps from (`policies.rl.credit.Credit.outcome_next`: NaN inside a segment); and the
-    critic's fit error."""
+    value the step bootstraps from (`policies.rl.credit.Credit.outcome_next`: NaN inside a segment); and the
+    critic's fit error.
+
+    ``progress_weight`` w > 0 shapes the sparse outcome by the task's progress, its recorded reward in [0, 1]
+    (push-T's coverage, the peg's depth): a reward ``w · (γ Φ(s') − Φ(s))`` with potential Φ = progress telescopes
+    along a segment, so its return is the outcome's plus ``w · γ^n Φ(end) − w · Φ(s)``; the state term cancels in
+    every TD error, which leaves one change: a segment ends at ``(outcome + w · Φ(end)) / (1 + w)`` (scaled back
+    into [0, 1] for the critic's sigmoid). A takeover or a time-out near the goal is then worth more than one far
+    from it, where the sparse outcome scores both 0.
+    """
     credits, obs = [], []
     for i in range(ds.num_episodes):
         steps = ds.episode(i)
-        credits.append(episode_credit(steps, episode=i, gamma_viability=gamma))
+        credit = episode_credit(steps, episode=i, gamma_viability=gamma)
+        if progress_weight > 0:
+            credit = _progress_shaped(credit, steps, i, gamma, progress_weight)
+        credits.append(credit)
         obs.append(np.asarray(steps["observation.state"], dtype=np.float32))
     lengths = [len(o) for o in obs]
     targets = np.concatenate([c.viability for c in credits])
@@ -130,6 +143,23 @@ def returns_and_values(
     )
     per_episode = np.split(values, np.cumsum(lengths)[:-1])
     return {i: np.stack([v, c.outcome_next]) for i, (v, c) in enumerate(zip(per_episode, credits, strict=True))}, error
+
+
+def _progress_shaped(credit: Credit, steps: dict[str, np.ndarray], episode: int, gamma: float, weight: float) -> Credit:
+    """``credit`` with each labelled segment's end value mixed with the progress it reached (`returns_and_values`)."""
+    progress = np.asarray(steps["next.reward"], dtype=np.float64).reshape(-1)
+    if not (np.isfinite(progress).all() and (progress >= 0).all() and (progress <= 1).all()):
+        raise ValueError(
+            f"episode {episode}: next.reward spans [{np.nanmin(progress):.3g}, {np.nanmax(progress):.3g}]; shaping "
+            "by progress needs the task's reward to be a progress in [0, 1] (progress_weight 0 uses the outcome alone)"
+        )
+    ends = np.flatnonzero(np.isfinite(credit.outcome_next))
+    outcome_next, viability = credit.outcome_next.copy(), credit.viability.copy()
+    outcome_next[ends] = (credit.outcome_next[ends] + weight * progress[ends]) / (1 + weight)
+    for end in ends:
+        rows = np.flatnonzero(credit.segment == credit.segment[end])
+        viability[rows] = gamma ** (end - rows) * outcome_next[end]
+    return dataclasses.replace(credit, viability=viability, outcome_next=outcome_next)
 
 
 def chunk_gae(

@@ -101,7 +101,9 @@ class Rl100Config:
             from 0.80 to 0.68, the critics' to 0.46; an online round 0.745 against the critics' 0.675), so a gain
             counts as learning only where it beats this control on the same seeds.
         critic, gae_lambda: the online stage's value critic and GAE's λ (paper: 0.95); ``online_epochs``: its PPO
-            passes over the recorded chains (each minibatch of ``online_ppo.minibatch_size``).
+            passes over the recorded chains (each minibatch of ``online_ppo.minibatch_size``); ``progress_weight``:
+            the online returns shaped by the task's progress (`policies.rl.online_chains.returns_and_values`; 0:
+            the outcome alone).
         seed: critics, dynamics, chains, OPE draws and the control's advantages.
     """
 
@@ -128,13 +130,14 @@ class Rl100Config:
     critic: CriticConfig = field(default_factory=CriticConfig)
     gae_lambda: float = 0.95
     online_epochs: int = 10
+    progress_weight: float = 0.0
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.advantage not in ("critics", "random"):
             raise ValueError(f"RL-100's advantage is 'critics' or 'random' (the control), not {self.advantage!r}")
-        if not 0 <= self.gae_lambda <= 1 or self.online_epochs < 1:
-            raise ValueError(f"gae_lambda must be in [0, 1] and online_epochs ≥ 1: {self}")
+        if not 0 <= self.gae_lambda <= 1 or self.online_epochs < 1 or self.progress_weight < 0:
+            raise ValueError(f"gae_lambda must be in [0, 1], online_epochs ≥ 1 and progress_weight ≥ 0: {self}")
         if self.online_rounds and self.chain.sampling_steps != self.sampling_steps:
             raise ValueError(
                 f"the online stage's actor runs the chain ({self.chain.sampling_steps} steps) that the deployed "
@@ -331,7 +334,7 @@ class Rl100Round:
         if cfg.advantage == "random":
             advantage = np.random.default_rng(cfg.seed + round_).standard_normal(len(chains.window))
         else:
-            values, value_mse = returns_and_values(rollouts, cfg.gamma, cfg.critic)
+            values, value_mse = returns_and_values(rollouts, cfg.gamma, cfg.critic, progress_weight=cfg.progress_weight)
             advantage = chunk_gae(values, chains.episode, chains.step, cfg.gamma, cfg.gae_lambda)
         numbers: dict[str, Any] = {
             "transitions": len(episodes),

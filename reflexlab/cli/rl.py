@@ -304,6 +304,9 @@ class Rl100(_RealWorldRl):
     """PPO passes over the chains the robot ran, per online round."""
     gae_lambda: float = 0.95
     """GAE's lambda for the online stage's advantages."""
+    progress_weight: float = 0.0
+    """online returns shaped by the task's progress (its reward in [0, 1]): a segment ends at (outcome + w progress)
+    / (1 + w); 0: the outcome alone (policies.rl.online_chains.returns_and_values)."""
 
     method = "rl100"
 
@@ -347,6 +350,7 @@ class Rl100(_RealWorldRl):
             advantage=self.ppo_advantage,
             online_epochs=self.online_epochs,
             gae_lambda=self.gae_lambda,
+            progress_weight=self.progress_weight,
             chain=dataclasses.replace(base.chain, sampling_steps=self.sampling_steps),
             seed=self.seed,
         )

@@ -21,6 +21,7 @@ from policies.generative.train import TrainConfig, train_teacher
 from policies.imitation import chunked
 from policies.rl.chain import ChainConfig, ChainSampler
 from policies.rl.chain_ppo import PpoConfig
+from policies.rl.critics import CriticConfig
 from policies.rl.head import ThenHead, distill_head, multistep_spec
 from policies.rl.iql import IqlConfig
 from policies.rl.online_chains import ChainReplayError, chunk_gae, recorded_chains, returns_and_values
@@ -200,6 +201,44 @@ def test_the_online_rounds_advantages_credit_the_chunks_that_stepped_toward_the_
     assert 0.8 < control.numbers["advantage_std"] < 1.2 and learned.numbers["advantage_std"] < 0.5  # draws vs GAE
     with pytest.raises(ValueError, match="'critics' or 'random' \\(the control\\), not 'randm'"):
         Rl100Config(demos=demos, advantage="randm")  # type: ignore[arg-type]
+
+
+def test_progress_shaping_ends_each_segment_by_how_near_the_goal_it_got(tmp_path: Path) -> None:
+    """With a progress weight w a policy segment ends at (outcome + w · progress) / (1 + w): a takeover or a time-out
+    near the goal above one far from it, a success near 1; the person's steps stay unlabelled; w 0 is the outcome
+    alone; a reward that is not a progress in [0, 1] is refused by episode."""
+
+    def record(root: Path, episodes: list[list[tuple[float, bool]]], last_success: list[bool]) -> Path:
+        with DatasetWriter(root, 10, "toy", {"observation.state": (2,), "action": (2,)}, SPEC) as writer:
+            for steps, success in zip(episodes, last_success, strict=True):
+                for t, (progress, person) in enumerate(steps):
+                    last = t == len(steps) - 1
+                    frame = {"observation.state": np.array([progress, 0.0]), "action": np.zeros(2)}
+                    writer.add_frame(
+                        frame, reward=progress, is_intervention=person, success=last and success,
+                        terminated=last and success, truncated=last and not success,
+                    )  # fmt: skip
+                writer.save_episode("toy")
+        return root
+
+    took_over = [(0.2, False), (0.4, False), (0.6, False), (0.3, True), (0.7, True), (0.9, False), (1.0, False)]
+    timed_out = [(0.1, False), (0.3, False), (0.5, False)]
+    ds = load_dataset(record(tmp_path / "ds", [took_over, timed_out], [True, False]))
+    gamma, w = 0.9, 1.0
+    shaped, _ = returns_and_values(ds, gamma, CriticConfig(steps=20), progress_weight=w)
+    plain, _ = returns_and_values(ds, gamma, CriticConfig(steps=20))
+    ends = {e: {int(t): float(v[1, t]) for t in np.flatnonzero(np.isfinite(v[1]))} for e, v in shaped.items()}
+    assert ends == {0: {2: pytest.approx(0.6 / 2), 6: pytest.approx(2.0 / 2)}, 1: {2: pytest.approx(0.5 / 2)}}
+    assert {e: np.nan_to_num(v[1], nan=-1).tolist() for e, v in plain.items()} == {
+        0: [-1, -1, 0.0, -1, -1, -1, 1.0],
+        1: [-1, -1, 0.0],
+    }
+    assert all(np.isfinite(v[0]).all() for v in shaped.values())
+    bad = load_dataset(record(tmp_path / "bad", [timed_out, [(0.2, False), (-0.4, False)]], [False, False]))
+    with pytest.raises(ValueError, match=r"episode 1: next.reward spans \[-0.4, 0.2\]; shaping by progress needs"):
+        returns_and_values(bad, gamma, CriticConfig(steps=20), progress_weight=w)
+    with pytest.raises(ValueError, match="progress_weight ≥ 0"):
+        Rl100Config(demos=tmp_path, progress_weight=-1.0)
 
 
 def test_the_online_round_refuses_chains_it_cannot_replay(
