@@ -138,8 +138,8 @@ def run_learner(
             if row.get("ended_under_intervention"):
                 log(
                     f"learner: episodes {row['ended_under_intervention']} of version {deployed.version} ended with the "
-                    "person in command (never handed back): policy steps before the takeover labelled 0, the "
-                    "person's kept as demonstrations"
+                    "person in command (never handed back): policy steps before it credited as a takeover "
+                    "(policies.rl.credit), the person's kept as demonstrations"
                 )
         final = store.versions()[-1]
         if options.evaluate_final and not any(

@@ -124,3 +124,18 @@ def test_the_control_gap_is_paired_per_seed_and_left_out_where_a_stage_deployed_
     assert got["rl100_online_minus_sft_longer"]["per_seed"] == pytest.approx([-0.05, 0.1])
     assert got["rl100_random_online_minus_sft_longer"]["per_seed"] == pytest.approx([-0.15, 0.2])
     assert "rl100_online_minus_sft_longer" not in controls({0: seed(0.8, 0.7, 0.85), 1: seed(0.6, 0.7)})
+
+
+def test_the_budgets_rl100_options_reach_the_rounds_config(tmp_path: Path) -> None:
+    """What `bench realrl` sets for RL-100 is what its rounds run with (the same `reflexlab rl rl100` command)."""
+    import dataclasses
+
+    from reflexlab.cli.bench.realrl import RealRlBudget, _command
+
+    budget = dataclasses.replace(RealRlBudget.quick(), progress_weight=0.5, ppo_bc_weight=0.25)
+    for method, advantage in (("rl100", "critics"), ("rl100-random", "random")):
+        command = _command(method, "panda-push-t", tmp_path / "demos", tmp_path / method, tmp_path / "sft", 2, budget)
+        update, rounds = command._update()
+        config = update.config
+        assert (config.progress_weight, config.online_ppo.bc_weight, config.advantage) == (0.5, 0.25, advantage)
+        assert rounds == budget.offline_rounds + budget.online_rounds + 1 and config.seed == 2000

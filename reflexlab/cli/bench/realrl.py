@@ -76,6 +76,8 @@ class RealRlBudget:
     """RL-100's trust region per round (`Rl100Config.max_action_shift`)."""
     ppo_bc_weight: float = 0.0
     """RL-100's PPO anchor: the weight of the diffusion loss on the demonstrations (`PpoConfig.bc_weight`)."""
+    progress_weight: float = 0.0
+    """RL-100's online returns shaped by the task's progress (`Rl100Config.progress_weight`; 0: the outcome alone)."""
     dynamics_steps: int = 3000
     distill_steps: int = HEAD_STEPS
     sampling_steps: int = 10
@@ -238,7 +240,7 @@ def _command(
             **common, stages=("offline", "online", "distill"), offline_rounds=budget.offline_rounds,
             online_rounds=budget.online_rounds, ppo_iterations=budget.ppo_iterations, ope_every=budget.ope_every,
             ppo_lr=budget.ppo_lr, ppo_target_kl=budget.ppo_target_kl, ppo_bc_weight=budget.ppo_bc_weight,
-            max_action_shift=budget.max_action_shift,
+            max_action_shift=budget.max_action_shift, progress_weight=budget.progress_weight,
             critic_steps=budget.critic_steps, dynamics_steps=budget.dynamics_steps,
             distill_steps=budget.distill_steps, ppo_advantage="random" if method == "rl100-random" else "critics",
         )  # fmt: skip
