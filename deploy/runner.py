@@ -287,12 +287,12 @@ class OnnxGenerator(_OnnxModel):
             raise PolicyInputError(f"{name} has dtype {eps.dtype}, expected floating point (N(0, I) samples)")
         if not np.isfinite(eps).all():
             index = np.argwhere(~np.isfinite(eps))[0]
-            where = ", ".join(f"{_DIM_NAMES[d]} {i}" for d, i in zip(dims, index, strict=True))
+            where = ", ".join(f"{_DIM_NAMES.get(d, d)} {i}" for d, i in zip(dims, index, strict=True))
             raise PolicyInputError(f"{name} is not finite ({where})")
         return eps.astype(np.float32, copy=False)
 
 
-_DIM_NAMES = {"batch": "batch", "K": "denoising step", "H": "chunk step", "A": "action"}
+_DIM_NAMES = {"K": "denoising step", "H": "chunk step", "A": "action"}  # other dimensions by their own name
 
 
 def load_model(path: Path, robot_spec: Spec | None = None, threads: int = 1) -> OnnxPolicy | OnnxGenerator:
