@@ -18,6 +18,12 @@ rate too, on the history of the last To policy observations and seeded noise; a 
 Every state message is validated before it can reach the policy: a wrong length, a missing joint,
 NaN/inf, an implausible value, an out-of-order or duplicated stamp is rejected and counted by
 reason, and the last good state ages until the watchdog holds the robot.
+
+A generator whose Spec lists cameras (`Spec.images`) reads each one's frames too (`set_image`,
+sized as the robot config's ``cameras`` says, resized to the model's size on receipt), as a
+history pushed at every policy step beside the observations'. It is not armed before every camera
+has delivered, and while any camera's newest frame is older than ``safety.max_frame_age_s`` the
+robot holds (the filter's stale mode, counted as ``stale_frames``): it never acts on an old picture.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from deploy.runner import OnnxGenerator, OnnxPolicy, require_no_cameras
+from deploy.runner import OnnxGenerator, OnnxPolicy
 from deploy.safety import SafetyFilter
 from reflexlab.chunking import ChunkConfig, ChunkExecutor, ObservationHistory
+from reflexlab.images import FrameResizer
 from reflexlab.robot import RobotConfig, gait_hz
 from reflexlab.rotations import projected_gravity
 
@@ -72,8 +79,7 @@ class PolicyController:
         chunking: ChunkConfig | None = None,
         seed: int = 0,
     ) -> None:
-        require_no_cameras(policy.spec, getattr(policy, "path", "model"), "the policy node (joint states only)")
-        robot.check_model(policy.spec)
+        robot.check_model(policy.spec)  # a camera the model reads must be one of the robot's
         self.policy = policy
         self.robot = robot
         self.spec = policy.spec
@@ -88,6 +94,12 @@ class PolicyController:
         if isinstance(policy, OnnxGenerator):
             self.chunks = ChunkExecutor.from_spec(self.spec, self.policy_rate_hz, chunking)
             self.history = ObservationHistory(self.spec.observation_horizon, policy.obs_size)
+        # Each camera's frames at the model's size, resized on receipt; a history of them beside the observations'.
+        self.cameras = {i.name: FrameResizer(i.height, i.width) for i in self.spec.images}
+        self.frame_history = {
+            i.name: ObservationHistory(self.spec.observation_horizon, i.shape, np.uint8) for i in self.spec.images
+        }
+        self.max_frame_age_s = s.max_frame_age_s
         # True when the target moves every control step (interpolated chunks), not once per policy step.
         self.streaming = self.chunks is not None and self.chunks.config.interpolation == "linear"
         # The filter runs once per target change and budgets max_rate over the time between changes.
@@ -119,6 +131,7 @@ class PolicyController:
         """Forget the state and disarm: the next fresh state restarts the clock and the filter."""
         self._joints: _Stamped | None = None
         self._imu: _Stamped | None = None
+        self._frames: dict[str, _Stamped] = {}
         self._command = np.zeros(3)
         self._command_t = -math.inf
         self._last_action = np.zeros(self.spec.action.size, dtype=np.float32)
@@ -128,6 +141,8 @@ class PolicyController:
         if self.chunks is not None:
             self.chunks.reset()
             self.history.reset()
+            for frames in self.frame_history.values():
+                frames.reset()
             self.rng = np.random.default_rng(self.seed)
 
     @property
@@ -195,6 +210,33 @@ class PolicyController:
         self._command = np.clip(c, -self.max_command, self.max_command)
         self._command_t = t
 
+    def set_image(self, camera: str, pixels: np.ndarray, stamp_ns: int, t: float) -> None:
+        """Take a camera's frame, (H, W, 3) uint8 RGB at the size the robot config gives the camera; raise
+        `StateRejected` if unusable. Resized to the model's size here, once per frame, not per control step."""
+        try:
+            if camera not in self.cameras:
+                raise StateRejected("unknown_camera", f"camera {camera!r} is not one the model reads")
+            want = self.robot.cameras[camera]
+            if pixels.shape != (want.height, want.width, 3) or pixels.dtype != np.uint8:
+                raise StateRejected(
+                    "wrong_size",
+                    f"camera {camera!r} frame is {pixels.dtype} {pixels.shape}, expected uint8 RGB "
+                    f"({want.height}, {want.width}, 3) as the robot config says",
+                )
+            self._check_stamp(self._frames.get(camera), stamp_ns, f"camera {camera!r} frame")
+        except StateRejected as e:
+            self.rejected[f"images.{camera}.{e.reason}"] += 1
+            raise
+        self._frames[camera] = _Stamped((self.cameras[camera](pixels),), stamp_ns, t)
+
+    def frame_ages(self, t: float) -> dict[str, float]:
+        """Seconds since each camera the model reads last delivered a good frame (inf before its first)."""
+        return {c: t - self._frames[c].t if c in self._frames else math.inf for c in self.cameras}
+
+    def stale_cameras(self, t: float) -> list[str]:
+        """The cameras whose newest frame is older than the robot's ``max_frame_age_s`` (or missing)."""
+        return [c for c, age in self.frame_ages(t).items() if not age <= self.max_frame_age_s]
+
     def state_age(self, t: float) -> float:
         """Seconds since the older of the last good joint state and IMU sample (inf before both)."""
         if self._joints is None or self._imu is None:
@@ -205,14 +247,17 @@ class PolicyController:
     def step(self, t: float) -> np.ndarray | None:
         """The filtered joint-position command at time ``t``; None until a fresh state has arrived."""
         age = self.state_age(t)
+        blind = bool(self.cameras) and bool(self.stale_cameras(t))
         if self._t0 is None:
-            if not age <= self.stale_after_s:
-                return None  # nothing safe to command yet: we do not know where the robot is
+            if not age <= self.stale_after_s or blind:
+                return None  # nothing safe to command yet: we do not know where the robot is, or cannot see
             self.filter.reset(self._joints.value[0])
             self._t0 = self._next_infer = t
         measured = self._joints.value[0] if self._joints is not None else None
         if not age <= self.stale_after_s:
             return self.filter(None, age, measured)  # hold or damp
+        if blind:
+            return self.filter.hold(measured, "stale_frames")  # the policy would act on an old picture
         if t >= self._next_infer - 0.5 / self.rate_hz:
             self._infer(t)
             self._next_infer += 1.0 / self.policy_rate_hz
@@ -253,7 +298,8 @@ class PolicyController:
             if np.isfinite(action).all():
                 self._last_action = action
             return
-        chunk = self.policy.sample(self.history.push(obs), rng=self.rng)
+        images = {c: self.frame_history[c].push(self._frames[c].value[0]) for c in self.cameras}
+        chunk = self.policy.sample(self.history.push(obs), rng=self.rng, images=images)
         if not np.isfinite(chunk).all():  # dropped: the previous plan continues towards its horizon
             self.non_finite_chunks += 1
             return

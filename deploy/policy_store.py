@@ -213,13 +213,22 @@ class PolicyFollower:
     """The actor's view of the store: a `StepActor` on the newest deployable version, swapped only between episodes.
 
     A version that cannot be deployed (another robot's or task's Spec, a file onnxruntime refuses, a generator with
-    cameras for a state-only actor) is skipped once, its reason kept in `skipped`, and the actor goes on with the
+    cameras the actor does not record) is skipped once, its reason kept in `skipped`, and the actor goes on with the
     last good one: a learner's mistake never stops the robot. ``version`` 0 is the initial policy (no learner
-    version yet), ``initial`` its file, if any.
+    version yet), ``initial`` its file, if any; ``cameras`` the cameras the actor records, which a policy may read.
     """
 
-    def __init__(self, store: PolicyStore, robot_spec: Spec, *, seed: int = 0, initial: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: PolicyStore,
+        robot_spec: Spec,
+        *,
+        seed: int = 0,
+        initial: Path | None = None,
+        cameras: tuple[str, ...] = (),
+    ) -> None:
         self.store = store
+        self.cameras = cameras
         self.robot_spec = robot_spec
         self.seed = seed
         self.max_noise_size: int | None = None  # the recorder's policy.noise column: a version drawing more is skipped
@@ -236,6 +245,10 @@ class PolicyFollower:
                     Spec.from_dict(candidate.record["spec"]).task_interface(), context=f"policy {candidate.path}"
                 )
                 actor = StepActor(candidate.path, self.robot_spec, seed=self.seed + candidate.version)
+                unfed = [c for c in actor.cameras if c not in self.cameras]
+                if unfed:
+                    have = ", ".join(self.cameras) or "none"
+                    raise ValueError(f"it reads camera(s) {unfed} and this actor records {have}")
                 if self.max_noise_size is not None and actor.noise_size > self.max_noise_size:
                     raise ValueError(
                         f"it draws {actor.noise_size} noise values per chunk and the dataset's policy.noise column "

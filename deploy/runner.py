@@ -6,8 +6,8 @@ observations from named terms in the Spec's order, check shapes and values with 
 say what is wrong (not an onnxruntime stack trace), and turn raw actions into joint targets with
 the Spec's scale and offset. Each refuses the other's kind of file and names the right loader;
 `load_model` picks it from the Spec. A generator whose Spec lists ``images`` also takes camera
-frames (`OnnxGenerator.sample`'s ``images``); components that have no cameras to give refuse such
-a model when they load it (`require_no_cameras`).
+frames (`OnnxGenerator.sample`'s ``images``), which `deploy.step_actor` and `deploy.controller` feed
+from the robot's cameras.
 """
 
 from __future__ import annotations
@@ -26,16 +26,6 @@ class PolicyInputError(ValueError):
 
 class ModelKindError(ValueError):
     """A generator file given to the plain-policy loader or the other way round; names the loader to use."""
-
-
-def require_no_cameras(spec: Spec, path: Path | str, component: str) -> None:
-    """Refuse, at load time, a model that reads cameras in a ``component`` that feeds it no images."""
-    if spec.images:
-        names = ", ".join(i.name for i in spec.images)
-        raise ModelKindError(
-            f"model {Path(path).name} reads cameras ({names}) and {component} feeds policies no camera images; "
-            "serve a state-only model here, or call deploy.runner.OnnxGenerator.sample with images"
-        )
 
 
 class _OnnxModel:

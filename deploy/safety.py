@@ -2,10 +2,10 @@
 
 Whatever the policy, the network or the state stream does, what leaves this filter is finite,
 inside the joint limits and moves no faster than the allowed rate. When the robot's state is
-stale (older than a few control periods) or the policy's output is unusable (NaN/inf, wrong
-length), the filter holds the last safe command ("hold") or follows the measured position
-("damp": the PD then only damps motion). Every intervention is counted by kind, so a node can
-report them rather than hide them.
+stale (older than a few control periods), a camera the policy reads goes stale, or the policy's
+output is unusable (NaN/inf, wrong length), the filter holds the last safe command ("hold") or
+follows the measured position ("damp": the PD then only damps motion). Every intervention is
+counted by kind, so a node can report them rather than hide them.
 
 Pure numpy and independent of ROS, so the policy node, a real-robot env and tests share it.
 """
@@ -73,14 +73,23 @@ class SafetyFilter:
         self, target: np.ndarray | None, state_age_s: float, measured_pos: np.ndarray | None = None
     ) -> np.ndarray:
         """The command to send this period. ``target`` is the policy's joint-position target."""
+        if not state_age_s <= self.stale_after_s:  # also catches a NaN age
+            return self.hold(measured_pos, "stale_state")
         if self._last is None:
             raise RuntimeError("SafetyFilter.reset(measured_pos) must be called before filtering")
-        fallback = self._fallback(measured_pos)
-        if not state_age_s <= self.stale_after_s:  # also catches a NaN age
-            self.interventions["stale_state"] += 1
-            wanted = fallback
-        else:
-            wanted = self._usable(target, fallback)
+        return self._limited(self._usable(target, self._fallback(measured_pos)))
+
+    def hold(self, measured_pos: np.ndarray | None, reason: str) -> np.ndarray:
+        """The stale mode's command (hold the last safe one, or damp), counted under ``reason``: for inputs other
+        than the state going stale (a camera's frames, say), which the caller judges."""
+        if self._last is None:
+            raise RuntimeError("SafetyFilter.reset(measured_pos) must be called before filtering")
+        self.interventions[reason] += 1
+        return self._limited(self._fallback(measured_pos))
+
+    def _limited(self, wanted: np.ndarray) -> np.ndarray:
+        """``wanted`` clipped into the limits and stepped towards at the allowed rate; the new last command."""
+        assert self._last is not None
         # np.minimum/maximum rather than np.clip/allclose: this runs at 1 kHz and they cost ~5x more.
         clipped = np.minimum(np.maximum(wanted, self.lower), self.upper)
         if (clipped != wanted).any():

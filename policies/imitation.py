@@ -26,6 +26,7 @@ from policies.generative.sampler import TorchSampler, flush_denormals
 from policies.generative.train import TrainConfig, distill_student, train_teacher
 from reflexlab.chunking import ChunkConfig
 from reflexlab.dataset import IMAGE_PREFIX, Dataset, load_dataset
+from reflexlab.images import FrameResizer
 from reflexlab.spec import ImageInput, Spec
 from sim.registry import get_task
 
@@ -79,12 +80,11 @@ def load_episodes(
 
 
 def _frames(dataset: Dataset, episode: int, key: str, size: tuple[int, int] | None) -> np.ndarray:
-    """One camera's frames of one episode as (T, 3, H, W) uint8, resized to ``size`` (H, W) if given."""
-    frames = torch.from_numpy(np.stack(list(dataset.video_frames(episode, key)))).permute(0, 3, 1, 2)
-    if size is not None and tuple(frames.shape[2:]) != tuple(size):
-        resized = torch.nn.functional.interpolate(frames.float(), size=tuple(size), mode="bilinear", antialias=True)
-        frames = resized.round().clamp(0, 255).to(torch.uint8)
-    return frames.contiguous().numpy()
+    """One camera's frames of one episode as (T, 3, H, W) uint8, resized to ``size`` (H, W) if given, by the
+    resize every server applies to the live camera (`reflexlab.images.FrameResizer`)."""
+    frames = list(dataset.video_frames(episode, key))
+    resize = FrameResizer(*(size or frames[0].shape[:2]))
+    return np.stack([resize(f) for f in frames])
 
 
 def camera_size(dataset: Dataset, image_keys: tuple[str, ...]) -> tuple[int, int]:

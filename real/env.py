@@ -32,6 +32,7 @@ from real.ros_arm import ArmState, RosArm, StaleStateError
 from real.tasks import ArmTask
 
 ResetStep = Literal["scripted", "human", "sim"]
+NON_FINITE_ACTION = "policy action is not finite"  # the reason of a step held because the policy asked for NaN
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ class RealEnv:
         if action.shape != (self.spec.action.size,):
             bad = f"policy action has shape {action.shape}, expected ({self.spec.action.size},)"
         elif not np.isfinite(action).all():
-            bad = f"policy action is not finite: {action.tolist()}"
+            bad = f"{NON_FINITE_ACTION}: {action.tolist()}"
         if self.intervention is not None:
             decision = self.intervention.decide(hold if bad else action, hold, self._state)
             if not (bad and decision.source == "policy"):

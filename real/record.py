@@ -19,10 +19,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from real.env import NON_FINITE_ACTION
 from reflexlab.dataset import CAMERA_PREFIX, IMAGE_PREFIX, DatasetWriter
 from reflexlab.env import SingleEnv
 
-Actor = Callable[[np.ndarray], np.ndarray]
+# obs -> action; an actor reading cameras (`record_episodes`' ``actor_cameras``) is called as actor(obs, frames)
+Actor = Callable[..., np.ndarray]
 # The noise a generator drew for the chunk that began at this step (zeros elsewhere): with the policy version that
 # drew it, it replays the chunk's sampler (`deploy.step_actor.StepActor.noise_row`, RL-100's online stage).
 NOISE_COLUMN = "policy.noise"
@@ -44,6 +46,7 @@ class RecordSummary:
     successes: int = 0
     intervention_steps: int = 0
     dropped_camera_frames: int = 0
+    stale_frame_holds: int = 0  # steps the robot held because a camera the actor reads had no fresh frame
     end_reasons: dict[str, int] = field(default_factory=dict)
 
     def line(self) -> str:
@@ -110,6 +113,7 @@ def record_episodes(
     cameras: Mapping[str, Camera] | None = None,
     max_frame_age_periods: float = 2.0,
     columns: Callable[[], dict[str, np.ndarray]] | None = None,
+    actor_cameras: tuple[str, ...] = (),
 ) -> RecordSummary:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed`` + 1, …) and save each as it ends.
 
@@ -119,19 +123,34 @@ def record_episodes(
     observation), with its age; a camera with no frame younger than ``max_frame_age_periods`` periods gets a
     dropped-frame mark instead of a stale image (``camera.<name>.is_dropped``). ``columns``: more of the writer's
     vectors for the step just acted, read after ``actor`` (e.g. the noise it drew, `NOISE_COLUMN`).
+    ``actor_cameras``: cameras (of ``cameras``) the actor reads: it is called ``actor(obs, {camera: frame})`` with the
+    frames recorded beside ``obs``, None for a camera past the frame-age limit; then it holds (a NaN action, never
+    sent: the env holds the robot) and the step is counted in ``stale_frame_holds``, per episode in its metadata.
     """
     summary = RecordSummary()
     task_text = task_text or env.spec.task
     cameras = cameras or {}
+    unknown = [c for c in actor_cameras if c not in cameras]
+    if unknown:
+        have = ", ".join(cameras) or "none"
+        raise ValueError(f"the policy reads camera(s) {unknown}, and this session opened {have}: add them (--cameras)")
     for k in range(episodes):
         obs, _ = env.reset(seed=seed + k)
         start_ns = time.time_ns()  # wall clock of the episode's t = 0: bags and logs line up with it
         images, dropped = _camera_columns(cameras, max_frame_age_periods)
         if reset_actor is not None:
             reset_actor()
-        done, reason = False, ""
+        done, reason, holds, stale = False, "", 0, []
         while not done:
-            asked = actor(obs) if actor is not None else np.full(env.spec.action.size, np.nan)
+            if actor is None:
+                asked = np.full(env.spec.action.size, np.nan)
+            elif actor_cameras:
+                frames = {c: images[IMAGE_PREFIX + c] for c in actor_cameras}
+                asked = actor(obs, frames)
+                stale = [c for c, f in frames.items() if f is None]
+                holds += int(bool(stale))
+            else:
+                asked = actor(obs)
             extra = columns() if columns is not None else {}
             next_obs, reward, terminated, truncated, info = env.step(asked)
             writer.add_frame(
@@ -154,9 +173,14 @@ def record_episodes(
             images, dropped = _camera_columns(cameras, max_frame_age_periods)
             summary.steps += 1
             summary.intervention_steps += int(info["is_intervention"])
-            obs, done, reason = next_obs, terminated or truncated, info["reason"] or reason
+            why = info["reason"]
+            if actor_cameras and stale and why.startswith(NON_FINITE_ACTION):
+                why = f"held: no frame from camera(s) {stale} within {max_frame_age_periods:g} frame periods"
+            obs, done, reason = next_obs, terminated or truncated, why or reason
         end = "success" if info["success"] else (reason.split(":")[0] if reason else "terminated")
-        writer.save_episode(task_text, {"end_reason": reason or end, "seed": seed + k, "start_unix_ns": start_ns})
+        meta = {"end_reason": reason or end, "seed": seed + k, "start_unix_ns": start_ns}
+        writer.save_episode(task_text, meta | ({"stale_frame_holds": holds} if actor_cameras else {}))
+        summary.stale_frame_holds += holds
         summary.episodes += 1
         summary.successes += int(info["success"])
         summary.end_reasons[end] = summary.end_reasons.get(end, 0) + 1

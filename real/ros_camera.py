@@ -16,6 +16,8 @@ from typing import NamedTuple
 import numpy as np
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from reflexlab.ros.common import rgb_pixels
+from reflexlab.ros.common import stamp_ns as ros_stamp_ns
 
 
 class RosFrame(NamedTuple):
@@ -70,15 +72,12 @@ class RosImageCamera:
             pass
 
     def _on_image(self, msg: object) -> None:
-        h, w, encoding = msg.height, msg.width, msg.encoding  # type: ignore[attr-defined]
-        if encoding not in ("rgb8", "bgr8") or len(msg.data) != h * w * 3:  # type: ignore[attr-defined]
+        try:
+            pixels = rgb_pixels(msg)
+        except ValueError:
             self.rejected += 1  # a depth or mono topic is not a colour camera
             return
-        pixels = np.frombuffer(msg.data, dtype=np.uint8).reshape(h, w, 3)  # type: ignore[attr-defined]
-        if encoding == "bgr8":
-            pixels = pixels[..., ::-1]
-        stamp = msg.header.stamp  # type: ignore[attr-defined]
-        stamp_ns = stamp.sec * 1_000_000_000 + stamp.nanosec
+        stamp_ns = ros_stamp_ns(msg.header.stamp)  # type: ignore[attr-defined]
         with self._lock:
             self._latest = RosFrame(np.ascontiguousarray(pixels), stamp_ns)
             self._stamps.append(stamp_ns)

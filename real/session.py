@@ -81,7 +81,9 @@ def _die_with_parent() -> None:
 class OnnxActor(Protocol):
     """An exported policy acting once per control step (`deploy.step_actor.StepActor`)."""
 
-    def act(self, obs: np.ndarray) -> np.ndarray: ...
+    cameras: tuple[str, ...]  # read every step: act(obs, {camera: frame}); empty for a state-only policy
+
+    def act(self, obs: np.ndarray, images: dict[str, np.ndarray | None] | None = None) -> np.ndarray: ...
 
     def reset(self) -> None: ...
 
@@ -89,25 +91,32 @@ class OnnxActor(Protocol):
 OnnxActorFactory = Callable[[Path, Spec, int], OnnxActor]  # (model file, the task's Spec, seed) -> actor
 
 
-def make_actor(
-    policy: str, task: ArmTask, seed: int, onnx_actor: OnnxActorFactory | None = None
-) -> tuple[Actor | None, Callable[[], None]]:
+@dataclass(frozen=True)
+class SessionActor:
+    """Who acts in a session: ``act`` (None: a person drives), its reset at each episode, the cameras it reads."""
+
+    act: Actor | None
+    reset: Callable[[], None]
+    cameras: tuple[str, ...] = ()
+
+
+def make_actor(policy: str, task: ArmTask, seed: int, onnx_actor: OnnxActorFactory | None = None) -> SessionActor:
     """``expert`` (the task's scripted expert), ``none`` (a person drives) or an exported .onnx file.
 
     An .onnx file runs through ``onnx_actor``, which the caller supplies (the CLI and the record node pass
     `deploy.step_actor.StepActor`): serving sits above this layer, so it is handed in, not imported.
     """
     if policy == "none":
-        return None, lambda: None
+        return SessionActor(None, lambda: None)
     if policy == "expert":
-        return task.expert(seed)
+        return SessionActor(*task.expert(seed))
     path = Path(policy)
     if not path.exists():
         raise FileNotFoundError(f"--policy {policy}: no such file (use expert, none or an exported .onnx)")
     if onnx_actor is None:
         raise ValueError(f"--policy {policy}: an exported policy needs a runner (pass onnx_actor=StepActor)")
     actor = onnx_actor(path, task.spec, seed)
-    return actor.act, actor.reset
+    return SessionActor(actor.act, actor.reset, tuple(actor.cameras))
 
 
 def record_session(
@@ -128,14 +137,22 @@ def record_session(
         raise ValueError("reset step 'sim' needs --sim-as-real (a real scene is reset by a person: use human)")
     if o.policy == "none" and teleop is None:
         raise ValueError("--policy none needs a teleop device (--teleop): otherwise nobody commands the robot")
-    actor, reset_actor = make_actor(o.policy, task, o.seed, onnx_actor)
+    actor = make_actor(o.policy, task, o.seed, onnx_actor)
+    opened = [spec.partition("=")[0] for spec in o.cameras]
+    unopened = [c for c in actor.cameras if c not in opened]
+    if unopened:
+        have = ", ".join(opened) or "none"
+        raise ValueError(
+            f"--policy {o.policy} reads camera(s) {unopened} and --cameras opens {have}: add "
+            f"{unopened[0]}=SOURCE (e.g. {unopened[0]}=ros:/camera/color/image_raw, the sim-as-real bridge's camera)"
+        )
     if not isinstance(teleop, str):
-        return _record(o, task, reset, actor, reset_actor, teleop, on_episode)
+        return _record(o, task, reset, actor, teleop, on_episode)
     from real.teleop_link import make_intervention
 
     intervention = make_intervention(teleop, task, 1.0 / task.spec.control_rate_hz)
     try:
-        return _record(o, task, reset, actor, reset_actor, intervention, on_episode)
+        return _record(o, task, reset, actor, intervention, on_episode)
     finally:
         intervention.close()  # the device this session opened
 
@@ -198,8 +215,7 @@ def _record(
     o: RecordOptions,
     task: ArmTask,
     reset: tuple[ResetStep, ...],
-    actor: Actor | None,
-    reset_actor: Callable[[], None],
+    actor: SessionActor,
     intervention: Intervention | None,
     on_episode: Callable[[int, RecordSummary], None],
 ) -> RecordSummary:
@@ -217,13 +233,14 @@ def _record(
             return record_episodes(
                 env,
                 w,
-                actor,
+                actor.act,
                 o.episodes,
                 seed=o.seed,
                 policy_version=o.policy_version,
-                reset_actor=reset_actor,
+                reset_actor=actor.reset,
                 on_episode=on_episode,
                 cameras=cameras,  # type: ignore[arg-type]
+                actor_cameras=actor.cameras,
             )
 
 

@@ -57,22 +57,23 @@ class ChunkConfig:
 
 
 class ObservationHistory:
-    """The last ``length`` policy observations, oldest first: what a generator reads.
+    """The last ``length`` policy observations (or camera frames), oldest first: what a generator reads.
 
     Push once per policy step. The first push fills every slot with that observation, as training
     pads the start of an episode, so the first chunk can be sampled at once. A plain shift rather
     than a ring index: To is a handful of rows and the model wants them contiguous, oldest first.
     """
 
-    def __init__(self, length: int, size: int) -> None:
-        self._buf = np.zeros((length, size), dtype=np.float32)
+    def __init__(self, length: int, size: int | tuple[int, ...], dtype: type = np.float32) -> None:
+        # size: an observation's length, or a frame's shape (a camera's (3, H, W) uint8 history)
+        self._buf = np.zeros((length, *np.atleast_1d(size)), dtype=dtype)
         self._empty = True
 
     def reset(self) -> None:
         self._empty = True
 
     def push(self, obs: np.ndarray) -> np.ndarray:
-        """Append the newest observation; returns a copy of the history (length, size), oldest first."""
+        """Append the newest observation; returns a copy of the history (length, *size), oldest first."""
         if self._empty:
             self._buf[:] = obs
             self._empty = False

@@ -77,6 +77,24 @@ class Topics:
 
 
 @dataclass(frozen=True)
+class CameraConfig:
+    """``cameras.<name>:`` of a robot file: a camera a policy may read (the Spec's `ImageInput` of that name).
+
+    Frames (``sensor_msgs/Image``, rgb8 or bgr8) must come at ``width`` × ``height``: a driver at another
+    resolution frames another picture (field of view, aspect) than the policy was trained on, so such frames are
+    rejected, not resized; the node resizes frames of this size to the policy's own.
+    """
+
+    topic: str
+    width: int
+    height: int
+
+    def __post_init__(self) -> None:
+        if min(self.width, self.height) < 1:
+            raise ValueError(f"camera size must be positive, got {self.width}x{self.height}")
+
+
+@dataclass(frozen=True)
 class SafetyConfig:
     """What the always-on safety filter does; see `deploy.safety`."""
 
@@ -89,6 +107,8 @@ class SafetyConfig:
     # Commands beyond these are clipped (a policy was trained inside its command ranges).
     max_command: tuple[float, float, float] = (1.0, 0.5, 1.0)
     command_timeout_s: float = 1.0
+    # A policy reading cameras holds (stale_mode) while any camera's newest frame is older than this (receipt time).
+    max_frame_age_s: float = 0.2
 
 
 @dataclass(frozen=True)
@@ -119,6 +139,7 @@ class RobotFile:
     best_effort: bool = True  # sensor-data QoS (best effort, keep last 1) on state and command topics
     topics: Topics = field(default_factory=Topics)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    cameras: dict[str, CameraConfig] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -135,6 +156,7 @@ class RobotConfig:
     best_effort: bool = True
     topics: Topics = field(default_factory=Topics)
     safety: SafetyConfig = field(default_factory=SafetyConfig)
+    cameras: dict[str, CameraConfig] = field(default_factory=dict)
     path: Path | None = None
 
     def __post_init__(self) -> None:
@@ -152,6 +174,8 @@ class RobotConfig:
             )
         if not self.max_target_rate > 0 or not all(v > 0 for v in self.joint_max_velocity):
             raise RobotConfigError(f"{self._where}: max_target_rate and joints.max_velocity must be positive")
+        if not self.safety.max_frame_age_s > 0:
+            raise RobotConfigError(f"{self._where}: safety.max_frame_age_s must be positive")
 
     @property
     def _where(self) -> str:
@@ -173,6 +197,7 @@ class RobotConfig:
             best_effort=f.best_effort,
             topics=f.topics,
             safety=f.safety,
+            cameras=f.cameras,
             path=p,
         )
 
@@ -200,6 +225,10 @@ class RobotConfig:
                 raise SpecMismatchError(f"{where}.size ({term.name})", size, term.size, ctx)
         if any(t.name == "gait_phase" for t in spec.policy_obs.terms):
             gait_hz(spec)  # raises when the clock's rate cannot be read
+        for i, image in enumerate(spec.images):
+            if image.name not in self.cameras:
+                have = sorted(self.cameras) or "none"
+                raise SpecMismatchError(f"images[{i}].name", have, image.name, ctx + ": the robot lists no such camera")
 
     def safety_limits(self, spec: Spec) -> SafetyLimits:
         """The tightest of the model's and the robot's limits: both must hold for every command."""

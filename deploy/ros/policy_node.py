@@ -16,12 +16,18 @@ Action-chunk models (generators) are sampled at the policy rate as well; ``chunk
 (receding horizon or temporal ensembling, ``ensemble_decay``) and ``interpolation`` (linear or
 hold between policy steps) say how their chunks become the command of every control step, and
 ``/diagnostics`` adds chunk re-plans and horizon exhaustions. Plain policies ignore them.
+
+A generator with cameras reads the ``sensor_msgs/Image`` topics the robot config names for them
+(``cameras``): frames of another size or encoding are rejected and counted, and the robot holds
+(``safety.max_frame_age_s``) while a camera's frames are stale or have never come; ``/diagnostics``
+reports each camera's frame age and turns to ERROR while it holds for one.
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +35,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
-from sensor_msgs.msg import Imu, JointState
+from sensor_msgs.msg import Image, Imu, JointState
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from deploy.controller import PolicyController, StateRejected
@@ -37,7 +43,7 @@ from deploy.runner import load_model
 from deploy.timing import LatencyWindow, TokenBucket
 from reflexlab.chunking import ChunkConfig
 from reflexlab.robot import RobotConfig
-from reflexlab.ros.common import CommandWriter, command_msg_type, node_main, run_node, stamp_ns, state_qos
+from reflexlab.ros.common import CommandWriter, command_msg_type, node_main, rgb_pixels, run_node, stamp_ns, state_qos
 
 # The token bucket admits 10 % more than rate_hz: a stream at exactly rate_hz with jitter is a
 # random walk that would otherwise empty the bucket and drop states now and then.
@@ -109,6 +115,10 @@ class PolicyNode(LifecycleNode):
             self.create_subscription(Imu, r.topics.imu, self._on_imu, qos),
             self.create_subscription(Twist, r.topics.velocity_command, self._on_twist, 10),
             self.create_timer(p["diagnostics_period_s"], self._publish_diagnostics),
+            *(
+                self.create_subscription(Image, r.cameras[c].topic, partial(self._on_image, c), qos)
+                for c in self.ctl.cameras
+            ),
         ]
         spec = self.ctl.spec
         chunks = self.ctl.chunks
@@ -122,6 +132,7 @@ class PolicyNode(LifecycleNode):
             f"configured: {Path(p['model_path']).name} ({spec.robot}/{spec.task}) on {r.path}, "
             f"{self.rate_hz:g} Hz control, policy at {self.ctl.policy_rate_hz:g} Hz ({served}), "
             f"commands {self._cmd_type.__name__} on {r.topics.joint_command}"
+            + "".join(f", camera {c} on {r.cameras[c].topic}" for c in self.ctl.cameras)
         )
         return TransitionCallbackReturn.SUCCESS
 
@@ -209,6 +220,17 @@ class PolicyNode(LifecycleNode):
         except StateRejected as e:
             self._log_rejection("velocity_command", e)
 
+    def _on_image(self, camera: str, msg: Image) -> None:
+        try:
+            try:
+                pixels = rgb_pixels(msg)
+            except ValueError as e:
+                self.ctl.rejected[f"images.{camera}.encoding"] += 1
+                raise StateRejected("encoding", f"camera {camera!r}: {e}") from None
+            self.ctl.set_image(camera, pixels, stamp_ns(msg.header.stamp), time.monotonic())
+        except StateRejected as e:
+            self._log_rejection(f"images.{camera}", e)
+
     def _log_rejection(self, source: str, e: StateRejected) -> None:
         key = f"{source}.{e.reason}"
         now = time.monotonic()
@@ -295,6 +317,7 @@ class PolicyNode(LifecycleNode):
                 out["chunk.horizon_exhaustions"] = ctl.chunks.exhaustions
                 out["chunk.non_finite"] = ctl.non_finite_chunks
             out["state_age_ms"] = ctl.state_age(now) * 1e3
+            out.update({f"frame_age_ms.{c}": age * 1e3 for c, age in ctl.frame_ages(now).items()})
             out.update({f"intervention.{k}": v for k, v in sorted(ctl.filter.interventions.items())})
             out.update({f"rejected.{k}": v for k, v in sorted(ctl.rejected.items())})
         return out
@@ -304,10 +327,13 @@ class PolicyNode(LifecycleNode):
         self._window = (time.monotonic(), self.steps)
         status = DiagnosticStatus(name=f"{self.get_name()}: policy", hardware_id=self.robot.robot)
         stale = d.get("state_age_ms", float("inf")) > self.ctl.stale_after_s * 1e3
+        blind = self.ctl.stale_cameras(time.monotonic())
         if not self._active:
             status.level, status.message = DiagnosticStatus.OK, "inactive"
         elif stale:
             status.level, status.message = DiagnosticStatus.ERROR, "robot state stale: holding"
+        elif blind:
+            status.level, status.message = DiagnosticStatus.ERROR, f"camera {', '.join(blind)} stale: holding"
         elif d["deadline_misses"] or sum(v for k, v in d.items() if k.startswith(_WARN_COUNTERS)):
             status.level, status.message = (
                 DiagnosticStatus.WARN,

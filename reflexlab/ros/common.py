@@ -88,6 +88,22 @@ def read_command(robot: RobotConfig, msg: object) -> np.ndarray:
     return pos
 
 
+def rgb_pixels(msg: object) -> np.ndarray:
+    """A ``sensor_msgs/Image`` as (height, width, 3) uint8 RGB (a view where it can be): rgb8 as is, bgr8 flipped.
+
+    Raises ValueError naming the encoding or the size for anything else (a depth or mono topic is not a colour
+    camera), so a receiver can count and report it.
+    """
+    h, w, step, encoding = msg.height, msg.width, msg.step, msg.encoding  # type: ignore[attr-defined]
+    if encoding not in ("rgb8", "bgr8"):
+        raise ValueError(f"image encoding {encoding!r}, expected rgb8 or bgr8")
+    data = np.frombuffer(msg.data, dtype=np.uint8)  # type: ignore[attr-defined]
+    if step < w * 3 or data.size != h * step:
+        raise ValueError(f"image of {h}x{w} {encoding} carries {data.size} bytes at row step {step}")
+    pixels = data.reshape(h, step)[:, : w * 3].reshape(h, w, 3)
+    return pixels[..., ::-1] if encoding == "bgr8" else pixels
+
+
 def stamp_ns(stamp: Time) -> int:
     return stamp.sec * 1_000_000_000 + stamp.nanosec
 

@@ -1,7 +1,9 @@
-"""A tiny action-chunk generator for the quadruped, exported with `export_generator` once per worker.
+"""A tiny action-chunk generator for the quadruped, exported with `export_generator` once per worker, and the
+same with a camera, with a robot config that has that camera.
 
 No training: the serving path only needs a model of the right interface whose chunk depends on
-both the observation history and the noise, with actions small enough to stay inside the limits.
+both the observation history and the noise (and the camera's frames), with actions small enough
+to stay inside the limits.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from torch import nn
 
 from deploy.artifact import GraphFacts
 from deploy.onnx_export import export_generator
-from reflexlab.spec import Spec
+from reflexlab.robot import RobotConfig, resolve_robot_config
+from reflexlab.spec import ImageInput, Spec
 from sim.registry import get_task
 
 # The quadruped's interface as an action-chunk model: 8 actions per chunk, 4 executed, 2 observations.
@@ -27,6 +30,12 @@ GENERATOR_SPEC = dataclasses.replace(
     observation_horizon=2,
     control_rate_hz=100.0,
 )
+
+
+# The same, reading a 12×16 "front" camera; the robot config below has it at 24×32 on CAMERA_TOPIC.
+CAMERA_GENERATOR_SPEC = dataclasses.replace(GENERATOR_SPEC, images=(ImageInput("front", 12, 16),))
+CAMERA_TOPIC = "/front/image_raw"
+CAMERA_SIZE = (24, 32)  # (height, width) the camera delivers
 
 
 class TinyGenerator(nn.Module):
@@ -63,3 +72,33 @@ def generator(tmp_path_factory: pytest.TempPathFactory) -> Generator:
     meta = {"checkpoint_sha256": "0" * 64, "teacher": "none (test)"}
     export_generator(module, GENERATOR_SPEC, path, meta, TINY_FACTS)
     return Generator(path, module, GENERATOR_SPEC)
+
+
+class TinyCameraGenerator(TinyGenerator):
+    """TinyGenerator's chunk shifted by the newest frame's brightness: + 0.2 (mean / 255 − 0.5), every action."""
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        bright = image[:, -1].float().mean(dim=(1, 2, 3)) / 255.0 - 0.5
+        return super().forward(obs, noise) + 0.2 * bright[:, None, None]
+
+
+CAMERA_FACTS = dataclasses.replace(TINY_FACTS, output=TINY_FACTS.output + " + 0.2 (newest frame's mean / 255 - 0.5)")
+
+
+@pytest.fixture(scope="session")
+def camera_generator(tmp_path_factory: pytest.TempPathFactory) -> Generator:
+    module = TinyCameraGenerator(CAMERA_GENERATOR_SPEC).eval()
+    path = tmp_path_factory.mktemp("camera_generator") / "camera_generator.onnx"
+    meta = {"checkpoint_sha256": "0" * 64, "teacher": "none (test)"}
+    export_generator(module, CAMERA_GENERATOR_SPEC, path, meta, CAMERA_FACTS)
+    return Generator(path, module, CAMERA_GENERATOR_SPEC)
+
+
+@pytest.fixture(scope="session")
+def camera_robot(tmp_path_factory: pytest.TempPathFactory) -> RobotConfig:
+    """The quadruped's robot config with a "front" camera (as a user adds one to config/robots/quadruped.yaml)."""
+    path = tmp_path_factory.mktemp("robots") / "quadruped_camera.yaml"
+    h, w = CAMERA_SIZE
+    text = resolve_robot_config("quadruped").read_text()
+    path.write_text(text + f"cameras:\n  front: {{topic: {CAMERA_TOPIC}, width: {w}, height: {h}}}\n")
+    return RobotConfig.load(path)

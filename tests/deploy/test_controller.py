@@ -1,5 +1,6 @@
 """PolicyController (the policy node's core, no ROS): the robot-side observation equals training's,
-bad state never reaches the policy, and stale state holds the robot."""
+bad state never reaches the policy, and stale state holds the robot; a camera's frames reach a
+camera model as training saw them, and stale or bad frames hold the robot."""
 
 import math
 
@@ -10,12 +11,15 @@ import torch
 from deploy.controller import PolicyController, StateRejected
 from deploy.runner import OnnxGenerator, OnnxPolicy
 from reflexlab.chunking import ChunkConfig
+from reflexlab.images import FrameResizer
 from reflexlab.robot import RobotConfig
 from reflexlab.rotations import projected_gravity
+from reflexlab.spec import SpecMismatchError
 from reflexlab.tasks.legged import quat_rotate_inverse
 from sim.backends.mujoco_cpu import MujocoVecEnv
 from sim.registry import get_task
 from sim.ros.sim_robot import SimRobot
+from tests.deploy.conftest import CAMERA_SIZE
 
 ENTRY = get_task("quadruped-walk")
 ROBOT = RobotConfig.load("quadruped")
@@ -174,3 +178,90 @@ def test_generator_noise_is_seeded_and_modes_are_served(generator) -> None:
     ctl, held, *_ = serve_generator(generator, 0.1, interpolation="hold")
     assert np.count_nonzero(np.abs(np.diff(held, axis=0)).max(axis=1)) <= ctl.chunks.replans
     assert_within_the_filter_budget(ctl, held, ROBOT.safety_limits(ctl.spec).max_rate / 100.0)
+
+
+# --- cameras: a generator reading the "front" camera of the robot config (conftest) ------------------------------
+def frame(value: int, size: tuple[int, int] = CAMERA_SIZE) -> np.ndarray:
+    pixels = np.full((*size, 3), value, np.uint8)
+    pixels[: size[0] // 2, :, 0] = 255 - value  # not uniform: the resize has something to do
+    return pixels
+
+
+def camera_ctl(camera_generator, camera_robot: RobotConfig) -> PolicyController:
+    return PolicyController(OnnxGenerator(camera_generator.path), camera_robot, 100.0, chunking=ChunkConfig())
+
+
+def test_camera_frames_reach_the_policy_resized_as_training_resizes_them(camera_generator, camera_robot) -> None:
+    ctl = camera_ctl(camera_generator, camera_robot)
+    fed: list[dict[str, np.ndarray]] = []
+    sample = ctl.policy.sample
+    ctl.policy.sample = lambda *a, **kw: fed.append(kw["images"]) or sample(*a, **kw)  # the real model, watched
+    feed(ctl, 0.0, 1)
+    assert ctl.step(0.0) is None, "not armed before the camera's first frame"
+    shown = [frame(40), frame(200)]
+    for k, pixels in enumerate(shown):
+        ctl.set_image("front", pixels, k + 1, k * 0.01)
+        feed(ctl, k * 0.01, k + 2)
+        assert ctl.step(k * 0.01) is not None
+    resize = FrameResizer(12, 16)
+    assert len(fed) == 2 and fed[0]["front"].shape == (2, 3, 12, 16)
+    np.testing.assert_array_equal(fed[0]["front"], np.stack([resize(shown[0])] * 2))  # padded like training
+    np.testing.assert_array_equal(fed[1]["front"], np.stack([resize(shown[0]), resize(shown[1])]))  # oldest first
+    # The frame moved the chunk as the model says: + 0.2 (mean / 255 - 0.5) on every action.
+    dark, bright = (camera_ctl(camera_generator, camera_robot) for _ in range(2))
+    for c, value in ((dark, 0), (bright, 255)):
+        c.set_image("front", np.full((*CAMERA_SIZE, 3), value, np.uint8), 1, 0.0)
+        feed(c, 0.0, 1)
+        c.step(0.0)
+    np.testing.assert_allclose(bright.chunks(0.0) - dark.chunks(0.0), 0.2, atol=1e-5)
+
+
+def test_stale_or_missing_frames_hold_the_robot_and_fresh_ones_resume(camera_generator, camera_robot) -> None:
+    ctl = camera_ctl(camera_generator, camera_robot)
+    limit = camera_robot.safety.max_frame_age_s
+    ctl.set_image("front", frame(100), 1, 0.0)
+    for k in range(5):  # 50 ms of fresh state and frames: the policy runs
+        feed(ctl, k * 0.01, k + 1)
+        ctl.step(k * 0.01)
+    runs = ctl.inferences
+    held = []
+    for k in range(5, 40):  # the state keeps coming, the camera has stopped
+        t = k * 0.01
+        feed(ctl, t, k + 1)
+        held.append(ctl.step(t))
+    assert ctl.stale_cameras(0.39) == ["front"] and ctl.frame_ages(0.39)["front"] == pytest.approx(0.39)
+    stale_steps = sum(k * 0.01 > limit for k in range(5, 40))
+    assert ctl.filter.interventions["stale_frames"] == stale_steps > 0
+    np.testing.assert_array_equal(held[-1], held[-stale_steps])  # held still while blind
+    assert ctl.inferences == runs + sum(k * 0.01 <= limit for k in range(5, 40))  # no inference on an old picture
+    ctl.set_image("front", frame(100), 2, 0.4)
+    feed(ctl, 0.4, 100)
+    ctl.step(0.4)
+    assert ctl.inferences > runs and ctl.filter.interventions["stale_frames"] == stale_steps
+
+
+@pytest.mark.parametrize(
+    ("pixels", "reason", "words"),
+    [
+        (frame(0, (12, 16)), "wrong_size", r"\(12, 16, 3\), expected uint8 RGB \(24, 32, 3\) as the robot config"),
+        (frame(0).astype(np.float32), "wrong_size", "float32"),
+        (frame(0)[..., :1], "wrong_size", r"\(24, 32, 1\)"),
+    ],
+    ids=["size", "dtype", "mono"],
+)
+def test_bad_frames_are_rejected_by_reason(camera_generator, camera_robot, pixels, reason: str, words: str) -> None:
+    ctl = camera_ctl(camera_generator, camera_robot)
+    with pytest.raises(StateRejected, match=words) as e:
+        ctl.set_image("front", pixels, 1, 0.0)
+    assert e.value.reason == reason and ctl.rejected == {f"images.front.{reason}": 1}
+    assert ctl.frame_ages(0.0) == {"front": math.inf}  # nothing was taken
+    ctl.set_image("front", frame(0), 5, 0.0)
+    with pytest.raises(StateRejected, match="repeats"):
+        ctl.set_image("front", frame(0), 5, 0.01)
+    with pytest.raises(StateRejected, match="not one the model reads"):
+        ctl.set_image("rear", frame(0), 6, 0.01)
+
+
+def test_a_model_reading_a_camera_the_robot_lacks_is_refused(camera_generator) -> None:
+    with pytest.raises(SpecMismatchError, match=r"no such camera.*images\[0\]\.name' is 'front', expected 'none'"):
+        PolicyController(OnnxGenerator(camera_generator.path), ROBOT, 100.0)

@@ -119,3 +119,16 @@ def test_the_learner_says_how_many_episodes_it_wants(tmp_path: Path) -> None:
     assert PolicyStore(tmp_path / "store").wanted() == 12  # another process (the actor) reads it
     store.want(None)
     assert store.wanted() is None
+
+
+def test_a_policy_reading_cameras_the_actor_does_not_record_is_skipped(
+    generator: Generator, camera_generator: Generator, tmp_path: Path
+) -> None:
+    store = PolicyStore(tmp_path / "policies")
+    store.publish(generator.path, round=0, parity_error=0.0, tolerance=1e-5)
+    store.publish(camera_generator.path, round=1, parity_error=0.0, tolerance=1e-5)
+    blind = PolicyFollower(store, GENERATOR_SPEC)
+    assert blind.refresh() is not None and blind.version == 1
+    assert "reads camera(s) ['front'] and this actor records none" in blind.skipped[2]
+    seeing = PolicyFollower(store, GENERATOR_SPEC, cameras=("front",))
+    assert seeing.refresh() is not None and seeing.version == 2 and seeing.actor.cameras == ("front",)

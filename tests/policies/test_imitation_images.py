@@ -1,6 +1,7 @@
 """A camera dataset → image teacher → one-step students → ONNX with image inputs → onnxruntime, with real (tiny)
 training runs on a dataset written by the real writer (3 episodes, 40×40 MP4 frames resized to 32×32), and the
-refusals on the way: a dataset without the camera, wrong images at run time, components without cameras."""
+refusals on the way: a dataset without the camera, wrong images at run time; `StepActor` serving it from raw
+camera frames."""
 
 from __future__ import annotations
 
@@ -10,13 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from deploy.controller import PolicyController
-from deploy.runner import ModelKindError, OnnxGenerator, PolicyInputError, load_model
+from deploy.runner import OnnxGenerator, PolicyInputError, load_model
 from deploy.step_actor import StepActor
 from policies.imitation import distill_run, load_episodes, load_generative, train_bc_run
 from reflexlab.cli.export import export_generative_checkpoint
 from reflexlab.dataset import DatasetWriter
-from reflexlab.robot import RobotConfig
 from reflexlab.spec import ImageInput, Spec
 from sim.registry import get_task
 
@@ -113,10 +112,16 @@ def test_student_exports_with_image_input_and_matches_torch(runs: dict[str, Path
     assert np.abs(got - want.numpy()).max() <= 1e-4
 
 
-def test_bad_images_are_refused_with_the_expected_shape(runs: dict[str, Path], tmp_path: Path) -> None:
-    out = tmp_path / "student.onnx"
+@pytest.fixture(scope="module")
+def student(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The consistency student exported to ONNX (parity on the dataset's windows)."""
+    out = tmp_path_factory.mktemp("student") / "student.onnx"
     export_generative_checkpoint(runs["consistency"], out, num_obs=4, dataset=runs["demos"])
-    gen = OnnxGenerator(out)
+    return out
+
+
+def test_bad_images_are_refused_with_the_expected_shape(student: Path) -> None:
+    gen = OnnxGenerator(student)
     obs = np.zeros((2, 6), np.float32)
     good = np.zeros((2, 3, *SIZE), np.uint8)
     with pytest.raises(PolicyInputError, match=r"camera 'side' missing.*\(2, 3, 32, 32\)"):
@@ -129,11 +134,6 @@ def test_bad_images_are_refused_with_the_expected_shape(runs: dict[str, Path], t
         gen.sample(np.zeros((4, 2, 6), np.float32), images={CAMERA: good})  # one history for a batch of 4
     with pytest.raises(PolicyInputError, match="unknown camera"):
         gen.sample(obs, images={CAMERA: good, "wrist": good})
-    with pytest.raises(ModelKindError, match=r"reads cameras \(side\).*StepActor"):
-        StepActor(out)
-    # The ROS policy node builds a PolicyController at configure time: refused there, not at the first tick.
-    with pytest.raises(ModelKindError, match=r"reads cameras \(side\).*policy node"):
-        PolicyController(gen, RobotConfig.load("quadruped"), rate_hz=100.0)
 
 
 def test_dataset_without_the_camera_is_a_clear_error(runs: dict[str, Path], tmp_path: Path) -> None:
@@ -155,3 +155,41 @@ def test_cli_bc_names_the_missing_camera(runs: dict[str, Path], tmp_path: Path, 
         main(args)
     assert exit_info.value.code == 2
     assert "no camera 'side'" in capsys.readouterr().err
+
+
+def test_step_actor_feeds_each_frame_resized_as_training_saw_it(runs: dict[str, Path], student: Path) -> None:
+    """The recorded 40×40 frames fed raw, step by step: the model sees exactly the 32×32 frames training read."""
+    episodes, _, dataset = load_episodes(runs["demos"], (CAMERA,), SIZE)
+    trained, raw = episodes[0], list(dataset.video_frames(0, f"observation.images.{CAMERA}"))
+    actor = StepActor(student, seed=3)
+    assert actor.cameras == (CAMERA,) and raw[0].shape == (*RECORDED, 3)
+    fed: list[tuple[np.ndarray, np.ndarray]] = []
+    sample = actor.model.sample
+    actor.model.sample = lambda h, **kw: fed.append((h, kw["images"][CAMERA])) or sample(h, **kw)  # watched
+    steps = []
+    for t in range(6):
+        actor.act(trained["obs"][t], {CAMERA: raw[t]})
+        steps.append(t) if len(fed) > len(steps) else None
+    ta = actor.spec.execution_horizon
+    assert steps == list(range(0, 6, ta)) and len(fed) == len(steps)
+    for t, (history, frames) in zip(steps, fed, strict=True):
+        rows = [max(t - 1, 0), t]  # To 2, the first step padded by itself
+        np.testing.assert_array_equal(frames, trained["images"][rows, 0])
+        np.testing.assert_array_equal(history, trained["obs"][rows])
+
+
+def test_step_actor_holds_without_a_fresh_frame_and_replans_when_it_comes(student: Path) -> None:
+    actor, obs = StepActor(student), np.zeros(6, np.float32)
+    good = np.zeros((*RECORDED, 3), np.uint8)
+    assert actor.spec.execution_horizon > 1  # so a plan is in flight when the camera stalls
+    assert np.isfinite(actor.act(obs, {CAMERA: good})).all() and actor.noise_row(actor.noise_size).any()
+    held = actor.act(obs, {CAMERA: None})
+    assert held.shape == (2,) and np.isnan(held).all() and not actor.noise_row(actor.noise_size).any()
+    assert np.isfinite(actor.act(obs, {CAMERA: good})).all()
+    assert actor.noise_row(actor.noise_size).any(), "the plan from before the hold was dropped: a new chunk"
+    with pytest.raises(PolicyInputError, match=r"reads cameras \['side'\] every step; no frame given for \['side'\]"):
+        actor.act(obs)
+    with pytest.raises(PolicyInputError, match=r"unknown camera\(s\) \['wrist'\].*reads: side"):
+        actor.act(obs, {CAMERA: good, "wrist": good})
+    with pytest.raises(PolicyInputError, match=r"camera 'side': frame is float32 \(40, 40, 3\), expected uint8 RGB"):
+        actor.act(obs, {CAMERA: good.astype(np.float32)})

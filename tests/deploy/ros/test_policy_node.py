@@ -1,8 +1,10 @@
 """The policy node as real rclpy nodes over FastDDS: refused models, hostile publishers, stale state,
-lifecycle. Everything runs in one EventsExecutor, so timing is on this process's clock."""
+lifecycle, a camera policy fed from an Image topic. Everything runs in one EventsExecutor, so timing
+is on this process's clock."""
 
 from __future__ import annotations
 
+import array
 import math
 import time
 from pathlib import Path
@@ -14,12 +16,13 @@ from rclpy.lifecycle import TransitionCallbackReturn
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
-from sensor_msgs.msg import Imu, JointState
+from sensor_msgs.msg import Image, Imu, JointState
 from std_msgs.msg import Float64MultiArray
 
 from deploy.ros.policy_node import PolicyNode
 from reflexlab.robot import RobotConfig
 from reflexlab.ros.common import spin, state_qos, wait_until
+from tests.deploy.conftest import CAMERA_SIZE, CAMERA_TOPIC
 
 ROBOT = RobotConfig.load("quadruped")
 NAMES = list(ROBOT.joint_names)
@@ -252,6 +255,83 @@ def test_generator_streams_interpolated_commands_at_the_control_rate(ros, genera
         run_for(nodes, 0.25)  # one more /diagnostics
         diag = {kv.key: kv.value for st in robot.diagnostics[-1].status for kv in st.values}
         assert int(diag["chunk.replans"]) > 0 and diag["chunk.horizon_exhaustions"] == "0"
+    finally:
+        for n in nodes:
+            n.destroy_node()
+
+
+class CameraSide(Node):
+    """Publishes the "front" camera as rgb8 at 30 Hz: good frames, or (``bad``) another size and a mono image."""
+
+    def __init__(self) -> None:
+        super().__init__("camera_side")
+        self.pub = self.create_publisher(Image, CAMERA_TOPIC, state_qos(True))
+        self.publishing = True
+        self.bad = False
+        self.count = 0
+        self.create_timer(1.0 / 30.0, self._on_timer)
+
+    def _on_timer(self) -> None:
+        if not self.publishing:
+            return
+        self.count += 1
+        h, w = CAMERA_SIZE
+        if self.bad:  # alternately: half the size, and a mono8 image of the right size
+            h, w, encoding, channels = (h // 2, w // 2, "rgb8", 3) if self.count % 2 else (h, w, "mono8", 1)
+        else:
+            encoding, channels = "rgb8", 3
+        msg = Image(height=h, width=w, encoding=encoding, step=w * channels)
+        msg.header.stamp = self.get_clock().now().to_msg()
+        msg.data = array.array("B", bytes([(7 * self.count) % 256]) * (h * w * channels))
+        self.pub.publish(msg)
+
+
+def status(robot: RobotSide) -> tuple[int, str, dict[str, str]]:
+    st = next(st for st in robot.diagnostics[-1].status if st.name.startswith("policy"))
+    return st.level, st.message, {kv.key: kv.value for kv in st.values}
+
+
+def test_a_camera_policy_reads_its_topic_and_holds_while_frames_are_stale_or_bad(
+    ros, camera_generator, camera_robot
+) -> None:
+    node = policy_node(camera_generator.path, camera_robot.path, policy_rate_hz=50.0)
+    robot, camera = RobotSide(), CameraSide()
+    camera.publishing = False
+    nodes = [node, robot, camera]
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, node.error
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        wait_until(nodes, lambda: node.ctl.state_age(time.monotonic()) < 0.1, "the robot's state at the node")
+        run_for(nodes, 0.5)  # state flows, the camera has not appeared: nothing is commanded
+        assert robot.commands == [] and not node.ctl.armed
+        level, message, values = status(robot)
+        assert (level, message) == (DiagnosticStatus.ERROR, "camera front stale: holding")
+        assert values["frame_age_ms.front"] == "inf" and values["armed"] == "0"
+        camera.publishing = True
+        wait_until(nodes, lambda: len(robot.commands) > 20, "commands once the camera streams")
+        run_for(nodes, 0.5)
+        level, _, values = status(robot)
+        assert level != DiagnosticStatus.ERROR and float(values["frame_age_ms.front"]) < 100
+        moving = [c for _, c in robot.commands[-50:]]
+        assert any(not np.array_equal(c, moving[0]) for c in moving), "the policy acts while it sees"
+        camera.bad = True  # only unusable frames from now on: the picture goes stale
+        t_bad = time.monotonic()
+        run_for(nodes, 0.8)
+        limit = camera_robot.safety.max_frame_age_s
+        held = [c for t, c in robot.commands if t > t_bad + limit + 0.05]
+        assert len(held) > 50 and all(np.array_equal(c, held[0]) for c in held)
+        rejected = node.ctl.rejected
+        assert rejected["images.front.wrong_size"] > 0 and rejected["images.front.encoding"] > 0, rejected
+        assert node.ctl.filter.interventions["stale_frames"] > 0
+        level, message, values = status(robot)
+        assert (level, message) == (DiagnosticStatus.ERROR, "camera front stale: holding")
+        assert int(values["rejected.images.front.wrong_size"]) > 0
+        camera.bad = False
+        t_back = time.monotonic()
+        run_for(nodes, 0.5)
+        back = [c for t, c in robot.commands if t > t_back + 0.1]
+        assert any(not np.array_equal(c, held[-1]) for c in back), "fresh frames: the policy acts again"
+        assert_safe(robot.commands, node)
     finally:
         for n in nodes:
             n.destroy_node()
