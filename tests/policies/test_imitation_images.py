@@ -29,7 +29,7 @@ def one_thread() -> None:
     torch.set_num_threads(1)
 
 
-def _write(root: Path, cameras: tuple[str, ...], episodes: int = 3, length: int = 10) -> Path:
+def write_camera_episodes(root: Path, cameras: tuple[str, ...], episodes: int = 3, length: int = 10) -> Path:
     """Episodes of the panda-push-t Spec with random-walk states and a camera whose colour follows the state."""
     spec = get_task("panda-push-t").spec()
     videos = {f"observation.images.{c}": (*RECORDED, 3) for c in cameras}
@@ -55,7 +55,7 @@ def _write(root: Path, cameras: tuple[str, ...], episodes: int = 3, length: int 
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("imitation_images")
-    demos = _write(root / "demos", (CAMERA,))
+    demos = write_camera_episodes(root / "demos", (CAMERA,))
     teacher = root / "diffusion"
     train_bc_run("diffusion", demos, teacher, 4, None, 0, progress=False, image_keys=(CAMERA,), image_size=SIZE, **TINY)
     out = {"demos": demos, "diffusion": teacher}
@@ -137,7 +137,7 @@ def test_bad_images_are_refused_with_the_expected_shape(student: Path) -> None:
 
 
 def test_dataset_without_the_camera_is_a_clear_error(runs: dict[str, Path], tmp_path: Path) -> None:
-    bare = _write(tmp_path / "bare", (), episodes=1, length=3)
+    bare = write_camera_episodes(tmp_path / "bare", (), episodes=1, length=3)
     with pytest.raises(ValueError, match=r"bare: the dataset has no camera 'side' .*observation\.images\.side.*none"):
         train_bc_run("flow", bare, tmp_path / "run", 1, None, 0, progress=False, image_keys=(CAMERA,), **TINY)
     with pytest.raises(ValueError, match=r"no camera 'side'"):
@@ -149,7 +149,7 @@ def test_dataset_without_the_camera_is_a_clear_error(runs: dict[str, Path], tmp_
 def test_cli_bc_names_the_missing_camera(runs: dict[str, Path], tmp_path: Path, capsys) -> None:
     from reflexlab.cli import main
 
-    bare = _write(tmp_path / "bare", (), episodes=1, length=3)
+    bare = write_camera_episodes(tmp_path / "bare", (), episodes=1, length=3)
     args = ["bc", "--dataset", str(bare), "--run-dir", str(tmp_path / "r"), "--steps", "1", "--image-keys", CAMERA]
     with pytest.raises(SystemExit) as exit_info:
         main(args)
