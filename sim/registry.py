@@ -28,9 +28,9 @@ class UnknownTaskError(KeyError, UserFacingError):
 @cache
 def _tasks() -> dict[str, TaskEntry]:
     """Every built-in task; adding a task is one line here."""
-    from sim.tasks import panda_peg_insert, panda_push_t, quadruped
+    from sim.tasks import car_race, panda_peg_insert, panda_push_t, quadruped
 
-    return {e.name: e for e in (quadruped.ENTRY, panda_push_t.ENTRY, panda_peg_insert.ENTRY)}
+    return {e.name: e for e in (quadruped.ENTRY, panda_push_t.ENTRY, panda_peg_insert.ENTRY, car_race.ENTRY)}
 
 
 def get_task(name: str) -> TaskEntry:

@@ -26,18 +26,19 @@ class TaskEntry:
     ``kind`` says which jobs apply: ``"vec"`` tasks are batched torch tasks for rsl-rl PPO
     (`sim.backends`); ``"demo"`` tasks are learned from demonstrations: ``task_class`` is their
     batched scene env and ``expert`` builds a scripted expert for one scene from an rng.
-    ``scene_xml`` is the MJCF the backends load. ``evaluate`` is the task's own evaluation of a
-    policy (its metrics, video, options), called as ``evaluate(entry, act, policy_spec, context, cfg,
-    profile, episodes, episode_s, seed, **options)`` by `policies.evaluate`, which names no task.
-    ``realtime`` builds the task's scene stepped on the wall clock from a seed, for the sim-as-real
-    arm bridge (`sim.ros.arm_bridge`); None for a task that has no robot-side twin.
+    ``scene_xml`` is the MJCF the backends load (None for a scene built in code, as `car-race`'s walls
+    are). ``evaluate`` is the task's own evaluation of a policy (its metrics, video, options), called as
+    ``evaluate(entry, act, policy_spec, context, cfg, profile, episodes, episode_s, seed, **options)`` by
+    `policies.evaluate`, which names no task. ``realtime`` builds the task's scene stepped on the wall
+    clock from a seed, for the sim-as-real arm bridge (`sim.ros.arm_bridge`); None for a task that has no
+    robot-side twin.
     """
 
     name: str
     task_class: type
     profiles: dict[str, Callable[[], Any]]  # profile name -> config factory
     default_profile: str
-    scene_xml: Path
+    scene_xml: Path | None
     kind: str = "vec"
     expert: Callable[..., Any] | None = None
     evaluate: Callable[..., dict[str, Any]] | None = None
