@@ -20,22 +20,29 @@ def sim_bridge(
 
     Legged tasks: joint states + IMU out, joint targets in. Arm tasks (panda-push-t): the arm topics
     of `real.ros_arm.ArmTopics` (joint states, end-effector pose, tracked block pose out; end-effector
-    targets and scene resets in), exactly what `franka_node` speaks on the robot: sim-as-real.
+    targets and scene resets in), exactly what `franka_node` speaks on the robot: sim-as-real. ``car-race``:
+    the car's topics of `reflexlab.ros.topics.CarTopics` (odometry, IMU, first-person camera out; Twist
+    commands and resets in) on the unseen test course.
 
     Args:
         task: registered task name.
         robot: robot config (topics, command type) shared with the policy node (legged tasks).
         publish_rate: state rate (Hz); 0 = every physics step (legged) or 100 Hz (arm).
         command_timeout_s: the watchdog engages after this long without a command (default 0.1 s
-            legged, 0.5 s arm: a 10 Hz policy).
+            legged, 0.5 s arm: a 10 Hz policy, 0.3 s car).
         watchdog_mode: hold the measured pose, or damp only (legged tasks).
         clock: publish /clock with simulated time (and stamp states with it; legged tasks).
-        seed: initial scene (arm tasks; later scenes come from /sim/reset).
+        seed: initial scene (arm and car tasks; later scenes come from /sim/reset).
         seconds: stop after this long (default: run until Ctrl-C).
     """
     from sim.registry import sim_as_real_tasks
 
-    if task in sim_as_real_tasks():
+    if task == "car-race":
+        from sim.ros.car_bridge import run as run_car
+
+        timeout = 0.3 if command_timeout_s is None else command_timeout_s
+        diag = run_car(seed=seed, command_timeout_s=timeout, seconds=seconds)
+    elif task in sim_as_real_tasks():
         from sim.ros.arm_bridge import run as run_arm
 
         diag = run_arm(

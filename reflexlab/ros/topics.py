@@ -28,3 +28,22 @@ class ArmTopics:
     def tracking(cls, names: Iterable[str]) -> ArmTopics:
         """The standard topics, with a tracker topic for each of a task's tracked objects ``names``."""
         return cls(objects={name: tracker_topic(name) for name in names})
+
+
+@dataclass(frozen=True)
+class CarTopics:
+    """Topic names shared by the car's driver node (real: `real.car`; simulated: `sim.ros.car_bridge`) and its users.
+
+    Commands are a ``geometry_msgs/Twist`` as ROS mobile bases take them: ``linear.x`` the speed (m/s), ``angular.z``
+    the yaw rate (rad/s), which an Ackermann car turns into a steering angle atan(wheelbase · ω / v) (held while
+    v is ~0, where steering changes nothing). Odometry (``nav_msgs/Odometry``: pose in ``odom``, twist in the
+    car's frame) comes from the wheels, the IMU (``sensor_msgs/Imu``) from the car's board, frames
+    (``sensor_msgs/Image`` rgb8) from its first-person camera.
+    """
+
+    command: str = "/cmd_vel"
+    odometry: str = "/odom"
+    imu: str = "/imu"
+    image: str = "/camera/image_raw"
+    sim_reset: str = "/sim/reset"  # std_msgs/Int64 seed: sim-as-real's stand-in for carrying the car back
+    sim_reset_done: str = "/sim/reset_done"

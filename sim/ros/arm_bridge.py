@@ -18,14 +18,12 @@ Run it as ``reflexlab sim-bridge --task panda-push-t`` or ``ros2 run reflexlab a
 from __future__ import annotations
 
 import math
-import threading
 import time
 from typing import Any
 
 import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
-from rclpy._rclpy_pybind11 import RCLError  # what publish raises once the context is shut down
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Int64
@@ -34,6 +32,7 @@ import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads
 from reflexlab.ros.common import node_main, run_node, state_qos
 from reflexlab.ros.topics import ArmTopics
 from sim.registry import get_task, sim_as_real_tasks
+from sim.ros.scene_camera import SceneCamera
 
 PARAMETERS: dict[str, object] = {
     "task": "panda-push-t",
@@ -87,7 +86,14 @@ class ArmBridge(Node):
         if float(p["camera_rate_hz"]) > 0:
             pub = self.create_publisher(Image, CAMERA_TOPIC, qos)
             self._camera = SceneCamera(
-                self, pub, float(p["camera_rate_hz"]), int(p["camera_width"]), int(p["camera_height"])
+                self,
+                self.sim.model,
+                self.sim.data,
+                pub,
+                float(p["camera_rate_hz"]),
+                (int(p["camera_height"]), int(p["camera_width"])),
+                CAMERA,
+                "camera_color_optical_frame",
             )
         self.create_timer(self.sim.dt, self._tick)
         self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
@@ -186,58 +192,6 @@ class ArmBridge(Node):
         msg = DiagnosticArray(status=[status])
         msg.header.stamp = self.get_clock().now().to_msg()
         self._diag_pub.publish(msg)
-
-
-class SceneCamera:
-    """Renders the scene (MJCF camera ``side``) in its own thread and publishes it as a camera driver would.
-
-    Software EGL takes ~36 ms per 160×120 frame here: in the executor's thread that stalled physics past its
-    catch-up budget (simulated time slipped ~18 %). MuJoCo releases the GIL while rendering, so a thread on a
-    snapshot of the joint positions costs the 500 Hz physics ~6 ms at most. Frames are only rendered while
-    somebody subscribes.
-    """
-
-    def __init__(self, bridge: ArmBridge, pub: Any, rate_hz: float, width: int, height: int) -> None:
-        self.bridge, self.pub, self.period = bridge, pub, 1.0 / rate_hz
-        self.msg = Image(height=height, width=width, encoding="rgb8", is_bigendian=0, step=3 * width)
-        self.msg.header.frame_id = "camera_color_optical_frame"
-        self.frames = 0
-        self._size = (height, width)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="scene-camera", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        import mujoco
-
-        model = self.bridge.sim.model
-        renderer = mujoco.Renderer(model, *self._size)  # the GL context belongs to this thread
-        data = mujoco.MjData(model)
-        next_t = time.monotonic()
-        try:
-            while not self._stop.is_set():
-                next_t += self.period
-                if self.pub.get_subscription_count() > 0:
-                    data.qpos[:] = self.bridge.sim.data.qpos  # a snapshot: physics goes on meanwhile
-                    stamp = self.bridge.get_clock().now().to_msg()  # capture time, as camera drivers stamp
-                    mujoco.mj_kinematics(model, data)
-                    renderer.update_scene(data, camera=CAMERA)
-                    self.msg.data = renderer.render().tobytes()
-                    self.msg.header.stamp = stamp
-                    try:
-                        self.pub.publish(self.msg)
-                    except RCLError:
-                        if self.bridge.context.ok():
-                            raise
-                        return  # ROS shut down (SIGINT/SIGTERM) before the node closed this thread
-                    self.frames += 1
-                self._stop.wait(max(0.0, next_t - time.monotonic()))
-        finally:
-            renderer.close()
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5.0)
 
 
 def _set_pose(msg: PoseStamped, position: np.ndarray, quat_wxyz: np.ndarray) -> None:

@@ -182,14 +182,8 @@ class CarRaceEnv:
             place_walls(s.model, course.walls())
             s.course = course
         rng = np.random.default_rng(seed)
-        start = rng.uniform(0.0, course.length)
+        start = start_car(s.model, s.data, course, rng)
         x, y = course.point(start)
-        yaw = course.heading_at(start)
-        mujoco.mj_resetData(s.model, s.data)
-        q = s.data.qpos
-        q[self._qadr : self._qadr + 3] = (x, y, C.WHEEL_RADIUS + 0.01)
-        q[self._qadr + 3 : self._qadr + 7] = (np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
-        mujoco.mj_forward(s.model, s.data)
         s.checkpoints = course.checkpoints(start=start)
         s.next_checkpoint = 0
         s.applied = np.zeros(2)
@@ -277,3 +271,16 @@ class CarRaceEnv:
             return False
         p = np.array(s.positions)
         return bool(np.linalg.norm(p - p.mean(axis=0), axis=1).max() <= C.STUCK_RADIUS)
+
+
+def start_car(model: mujoco.MjModel, data: mujoco.MjData, course: Course, rng: np.random.Generator) -> float:
+    """Reset the scene with the car at rest on the centreline, at a place along ``course`` drawn from ``rng``,
+    pointing the way of travel; returns that place's arc length."""
+    start = float(rng.uniform(0.0, course.length))
+    x, y = course.point(start)
+    yaw = course.heading_at(start)
+    mujoco.mj_resetData(model, data)
+    adr = model.joint("car").qposadr[0]
+    data.qpos[adr : adr + 7] = (x, y, C.WHEEL_RADIUS + 0.01, np.cos(yaw / 2), 0.0, 0.0, np.sin(yaw / 2))
+    mujoco.mj_forward(model, data)
+    return start
