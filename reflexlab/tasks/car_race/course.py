@@ -150,3 +150,31 @@ def _centreline(rng: np.random.Generator, shape: CourseShape) -> np.ndarray:
     n = int(along[-1] / SPACING)
     cut = np.linspace(0.0, along[-1], n, endpoint=False)
     return np.stack([np.interp(cut, along, closed[:, 0]), np.interp(cut, along, closed[:, 1])], axis=1)
+
+
+def lap_checkpoints(positions: np.ndarray, spacing: float = C.CHECKPOINT_SPACING) -> np.ndarray:
+    """(K, 2) checkpoints every ``spacing`` m along one recorded lap (positions (T, 2), in driving order), the last
+    where the lap began: what FastRLAP drives through, from one slow lap driven by a person or a scripted driver.
+
+    A lap that does not come back to where it began (within ``spacing``), or is too short for three checkpoints,
+    is refused with the distances, as is a path with non-finite points.
+    """
+    p = np.asarray(positions, np.float64)
+    if p.ndim != 2 or p.shape[1] != 2 or len(p) < 2:
+        raise ValueError(f"a lap is a (T, 2) path of positions, got shape {p.shape}")
+    if not np.isfinite(p).all():
+        raise ValueError(f"the lap has non-finite positions (first at step {int(np.argwhere(~np.isfinite(p))[0, 0])})")
+    along = np.concatenate([[0.0], np.cumsum(np.linalg.norm(np.diff(p, axis=0), axis=1))])
+    if along[-1] < 3 * spacing:
+        raise ValueError(f"the lap is {along[-1]:.1f} m long: too short for checkpoints every {spacing:g} m")
+    gap = float(np.linalg.norm(p[-1] - p[0]))
+    if gap > spacing:
+        raise ValueError(
+            f"the lap does not close a loop: it ends {gap:.1f} m from where it began (at most {spacing:g} m): "
+            "record a whole lap, back to the start"
+        )
+    k = max(round(along[-1] / spacing), 3)
+    cut = along[-1] * np.arange(1, k + 1) / k
+    points = np.stack([np.interp(cut, along, p[:, 0]), np.interp(cut, along, p[:, 1])], axis=1)
+    points[-1] = p[0]  # the lap ends where it began
+    return points
