@@ -57,7 +57,7 @@ class RosArm(RosClient):
 
         self.topics = t = topics or ArmTopics()
         driver = "the arm driver (franka_node, or `reflexlab sim-bridge --task panda-push-t` for sim-as-real)"
-        super().__init__(node_name, t.sim_reset, t.sim_reset_done, driver, domain_id)
+        super().__init__(node_name, driver, domain_id, t.sim_reset, t.sim_reset_done)
         # Best-effort subscriptions match reliable and best-effort publishers alike (franka_node publishes
         # best-effort, as a 1 kHz robot should); targets go out reliable, which best-effort subscribers accept.
         qos = state_qos(best_effort=True)

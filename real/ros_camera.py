@@ -8,14 +8,13 @@ age (now − capture stamp), exactly as it does for a RealSense opened in-proces
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
 from typing import NamedTuple
 
 import numpy as np
 
-import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from real.ros_client import RosClient
 from reflexlab.ros.common import rgb_pixels
 from reflexlab.ros.common import stamp_ns as ros_stamp_ns
 
@@ -30,7 +29,7 @@ class RosLatest(NamedTuple):
     age_s: float
 
 
-class RosImageCamera:
+class RosImageCamera(RosClient):
     """Subscribes to an rgb8 (or bgr8) image topic in its own rclpy context and keeps the newest frame.
 
     Args:
@@ -40,36 +39,17 @@ class RosImageCamera:
     """
 
     def __init__(self, topic: str, fps: float = 30.0) -> None:
-        import rclpy
-        from rclpy.context import Context
-        from rclpy.experimental import EventsExecutor
         from sensor_msgs.msg import Image
 
         from reflexlab.ros.common import state_qos
 
+        super().__init__("reflexlab_camera_client", f"a camera driver publishing {topic}")
         self.topic, self._nominal_period = topic, 1.0 / fps
         self.rejected = 0
         self._stamps: deque[int] = deque(maxlen=16)
-        self._lock = threading.Lock()
-        self._latest: RosFrame | None = None
-        self._context = Context()
-        rclpy.init(context=self._context)
-        self._node = rclpy.create_node("reflexlab_camera_client", context=self._context)
+        self._frame: RosFrame | None = None
         self._node.create_subscription(Image, topic, self._on_image, state_qos(best_effort=True))
-        self._executor = EventsExecutor(context=self._context)
-        self._executor.add_node(self._node)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, name=f"ros-camera {topic}", daemon=True)
-        self._thread.start()
-
-    def _spin(self) -> None:
-        from rclpy.executors import ExternalShutdownException
-
-        try:
-            while not self._stop.is_set() and self._context.ok():
-                self._executor.spin_once(timeout_sec=0.02)
-        except ExternalShutdownException:
-            pass
+        self._start(f"ros-camera {topic}")
 
     def _on_image(self, msg: object) -> None:
         try:
@@ -79,7 +59,7 @@ class RosImageCamera:
             return
         stamp_ns = ros_stamp_ns(msg.header.stamp)  # type: ignore[attr-defined]
         with self._lock:
-            self._latest = RosFrame(np.ascontiguousarray(pixels), stamp_ns)
+            self._frame = RosFrame(np.ascontiguousarray(pixels), stamp_ns)
             self._stamps.append(stamp_ns)
 
     @property
@@ -93,7 +73,7 @@ class RosImageCamera:
 
     def latest(self) -> RosLatest | None:
         with self._lock:
-            frame = self._latest
+            frame = self._frame
         return None if frame is None else RosLatest(frame, (time.time_ns() - frame.stamp_ns) * 1e-9)
 
     def wait_for_frame(self, timeout_s: float = 10.0) -> RosFrame:
@@ -104,10 +84,3 @@ class RosImageCamera:
                 return latest.frame
             time.sleep(0.01)
         raise TimeoutError(f"no rgb8 image on {self.topic} within {timeout_s:g} s (rejected {self.rejected})")
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=2.0)
-        self._executor.shutdown()
-        self._node.destroy_node()
-        self._context.try_shutdown()

@@ -4,7 +4,8 @@ A robot's driver (or its sim-as-real bridge) runs the fast loops; the env runs a
 the *newest* sample of each stream it reads, each with its receipt time, plus the simulator's reset handshake
 (``/sim/reset`` with a seed, echoed on ``/sim/reset_done`` once done). rclpy runs in its own context and executor
 thread here, so the env's loop never blocks on DDS and a client can live beside other rclpy users in one process.
-`real.ros_arm.RosArm` and `real.car.ros_car.RosCar` are the robots' clients.
+`real.ros_arm.RosArm` and `real.car.ros_car.RosCar` are the robots' clients, `real.ros_camera.RosImageCamera` a
+camera's.
 """
 
 from __future__ import annotations
@@ -24,12 +25,18 @@ class StaleStateError(RuntimeError):
 class RosClient:
     """A node in its own context and thread that keeps the newest message per topic.
 
-    A subclass creates its subscriptions on ``self._node`` (each storing through `_store`) and publishers, then
-    calls `_start`. ``driver`` names what should be publishing, for the error of a silent topic.
+    A subclass creates its subscriptions on ``self._node`` (each storing through `_store`, or its own callback) and
+    publishers, then calls `_start`. ``driver`` names what should be publishing, for the error of a silent topic;
+    ``sim_reset`` and ``sim_reset_done``, when given, the simulator's reset handshake (`request_sim_reset`).
     """
 
     def __init__(
-        self, node_name: str, sim_reset: str, sim_reset_done: str, driver: str, domain_id: int | None = None
+        self,
+        node_name: str,
+        driver: str,
+        domain_id: int | None = None,
+        sim_reset: str | None = None,
+        sim_reset_done: str | None = None,
     ) -> None:
         import rclpy
         from rclpy.context import Context
@@ -44,8 +51,9 @@ class RosClient:
         self._context = Context()
         rclpy.init(context=self._context, domain_id=domain_id)
         self._node = rclpy.create_node(node_name, context=self._context)
-        self._node.create_subscription(Int64, sim_reset_done, self._on_reset_done, 10)
-        self._reset_pub = self._node.create_publisher(Int64, sim_reset, 10)
+        if sim_reset is not None and sim_reset_done is not None:  # a robot the simulator can reset
+            self._node.create_subscription(Int64, sim_reset_done, self._on_reset_done, 10)
+            self._reset_pub = self._node.create_publisher(Int64, sim_reset, 10)
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self._closed = False

@@ -53,7 +53,7 @@ class RosCar(RosClient):
 
         self.topics = t = topics or CarTopics()
         driver = "the car's driver (or `reflexlab sim-bridge --task car-race` for sim-as-real)"
-        super().__init__(node_name, t.sim_reset, t.sim_reset_done, driver, domain_id)
+        super().__init__(node_name, driver, domain_id, t.sim_reset, t.sim_reset_done)
         qos = state_qos(best_effort=True)
         self._node.create_subscription(Odometry, t.odometry, self._store(t.odometry), qos)
         self._node.create_subscription(Imu, t.imu, self._store(t.imu), qos)

@@ -17,7 +17,6 @@ Run it as ``reflexlab sim-bridge --task panda-push-t`` or ``ros2 run reflexlab a
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -33,6 +32,7 @@ from reflexlab.ros.common import node_main, run_node, state_qos
 from reflexlab.ros.topics import ArmTopics
 from sim.registry import get_task, sim_as_real_tasks
 from sim.ros.scene_camera import SceneCamera
+from sim.ros.wall_clock import CommandWatchdog, WallClock
 
 PARAMETERS: dict[str, object] = {
     "task": "panda-push-t",
@@ -62,7 +62,6 @@ class ArmBridge(Node):
             raise ValueError(f"arm bridge task must be one of {tuple(sim_as_real_tasks())}, got {p['task']!r}")
         self.sim = get_task(p["task"]).realtime(int(p["seed"]))
         self.topics = t = topics or ArmTopics.tracking(self.sim.tracked_objects)
-        self.timeout = float(p["command_timeout_s"])
         self.publish_every = max(1, round(1.0 / (self.sim.dt * float(p["publish_rate_hz"]))))
         self.tracker_every = max(1, round(1.0 / (self.sim.dt * float(p["tracker_rate_hz"]))))
         qos = state_qos(best_effort=False)
@@ -80,8 +79,9 @@ class ArmBridge(Node):
         self._tracked = {name: PoseStamped() for name in self.sim.tracked_objects}
         for msg in (self._ee, *self._tracked.values()):
             msg.header.frame_id = "base"
-        self.targets = self.rejected = self.holds = self.resets = 0
-        self._start_clock()
+        self.targets = self.rejected = self.resets = 0
+        self.clock = WallClock(self.sim.dt, MAX_CATCH_UP)
+        self.watchdog = CommandWatchdog(float(p["command_timeout_s"]))
         self._camera: SceneCamera | None = None
         if float(p["camera_rate_hz"]) > 0:
             pub = self.create_publisher(Image, CAMERA_TOPIC, qos)
@@ -103,12 +103,6 @@ class ArmBridge(Node):
             f"targets on {t.ee_target}"
         )
 
-    def _start_clock(self) -> None:
-        self.steps = 0
-        self.last_target_t: float | None = None
-        self.holding = False
-        self._t_start = time.monotonic()
-
     def _on_target(self, msg: PoseStamped) -> None:
         xyz = np.array([msg.pose.position.x, msg.pose.position.y, msg.pose.position.z])
         try:
@@ -118,32 +112,26 @@ class ArmBridge(Node):
             self.get_logger().warning(f"rejected target: {e}", throttle_duration_sec=1.0)
             return
         self.targets += 1
-        self.last_target_t = time.monotonic()
-        self.holding = False
+        self.watchdog.fed()
 
     def _on_reset(self, msg: Int64) -> None:
         self.sim.reset(int(msg.data))
         self.resets += 1
-        self._start_clock()
+        self.clock.restart()
+        self.watchdog.reset()
         self._publish_state(tracker=True)
         self._reset_done_pub.publish(msg)
 
     def _tick(self) -> None:
         now = time.monotonic()
-        if not self.holding and self.last_target_t is not None and now - self.last_target_t > self.timeout:
+        if self.watchdog.trips_now(now):
             self.sim.hold()
-            self.holding = True
-            self.holds += 1
-            self.get_logger().warning(f"no target for {self.timeout:g} s: holding")
-        due = math.floor((now - self._t_start) / self.sim.dt) - self.steps
-        for _ in range(max(0, min(due, MAX_CATCH_UP))):
+            self.get_logger().warning(f"no target for {self.watchdog.timeout_s:g} s: holding")
+        for step in self.clock.due(now):
             self.sim.step()
-            self.steps += 1
-            tracker = self.steps % self.tracker_every == 0
-            if tracker or self.steps % self.publish_every == 0:
+            tracker = step % self.tracker_every == 0
+            if tracker or step % self.publish_every == 0:
                 self._publish_state(tracker)
-        if due > MAX_CATCH_UP:
-            self._t_start += (due - MAX_CATCH_UP) * self.sim.dt
 
     def _publish_state(self, tracker: bool) -> None:
         s = self.sim.state()
@@ -162,14 +150,14 @@ class ArmBridge(Node):
                 self._tracker_pubs[name].publish(msg)
 
     def diagnostics(self) -> dict[str, float | int | str]:
-        wall = time.monotonic() - self._t_start
+        wall = self.clock.elapsed()
         return {
             "sim_time_s": self.sim.time,
             "real_time_factor": self.sim.time / wall if wall > 0 else 0.0,
             "targets": self.targets,
             "rejected_targets": self.rejected,
             "clipped_targets": self.sim.clipped_targets,
-            "holds": self.holds,
+            "holds": self.watchdog.trips,
             "resets": self.resets,
             **self.sim.diagnostics(),
             "camera_frames": self._camera.frames if self._camera is not None else 0,
@@ -183,10 +171,10 @@ class ArmBridge(Node):
     def _publish_diagnostics(self) -> None:
         d = self.diagnostics()
         status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if self.holding else DiagnosticStatus.OK,
+            level=DiagnosticStatus.WARN if self.watchdog.tripped else DiagnosticStatus.OK,
             name=f"{self.get_name()}: sim arm",
             hardware_id="franka-panda (sim)",
-            message="holding: no targets" if self.holding else "running",
+            message="holding: no targets" if self.watchdog.tripped else "running",
             values=[KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()],
         )
         msg = DiagnosticArray(status=[status])

@@ -13,7 +13,6 @@ Run it as ``reflexlab sim-bridge --task car-race`` or ``ros2 run reflexlab car_b
 
 from __future__ import annotations
 
-import math
 import time
 from typing import Any
 
@@ -29,6 +28,7 @@ from reflexlab.ros.common import node_main, run_node, state_qos
 from reflexlab.ros.topics import CarTopics
 from reflexlab.tasks.car_race.config import TEST_COURSE
 from reflexlab.tasks.car_race.constants import CAMERA
+from sim.ros.wall_clock import CommandWatchdog, WallClock
 from sim.tasks.car_race.realtime import RealtimeCarRace
 
 PARAMETERS: dict[str, object] = {
@@ -56,7 +56,6 @@ class CarBridge(Node):
         course = int(p["course"])
         self.sim = RealtimeCarRace(int(p["seed"]), None if course < 0 else course)
         self.topics = t = topics or CarTopics()
-        self.timeout = float(p["command_timeout_s"])
         self.odometry_every = max(1, round(1.0 / (self.sim.dt * float(p["odometry_rate_hz"]))))
         self.imu_every = max(1, round(1.0 / (self.sim.dt * float(p["imu_rate_hz"]))))
         qos = state_qos(best_effort=False)
@@ -70,8 +69,9 @@ class CarBridge(Node):
         self._odom.header.frame_id, self._odom.child_frame_id = "odom", "base_link"
         self._imu = Imu()
         self._imu.header.frame_id = "imu_link"
-        self.commands = self.rejected = self.brakes = self.resets = 0
-        self._start_clock()
+        self.commands = self.rejected = self.resets = 0
+        self.clock = WallClock(self.sim.dt, MAX_CATCH_UP)
+        self.watchdog = CommandWatchdog(float(p["command_timeout_s"]))
         self._camera = None
         if float(p["camera_rate_hz"]) > 0:
             from sim.ros.scene_camera import SceneCamera
@@ -88,12 +88,6 @@ class CarBridge(Node):
             f"odometry on {t.odometry}, IMU on {t.imu}, camera on {t.image}, commands on {t.command}"
         )
 
-    def _start_clock(self) -> None:
-        self.steps = 0
-        self.last_command_t: float | None = None
-        self.braking = False
-        self._t_start = time.monotonic()
-
     def _on_command(self, msg: Twist) -> None:
         try:
             self.sim.command(msg.linear.x, msg.angular.z)
@@ -102,33 +96,27 @@ class CarBridge(Node):
             self.get_logger().warning(f"rejected command: {e}", throttle_duration_sec=1.0)
             return
         self.commands += 1
-        self.last_command_t = time.monotonic()
-        self.braking = False
+        self.watchdog.fed()
 
     def _on_reset(self, msg: Int64) -> None:
         self.sim.reset(int(msg.data))
         self.resets += 1
-        self._start_clock()
+        self.clock.restart()
+        self.watchdog.reset()
         self._publish_odometry()
         self._reset_done_pub.publish(msg)
 
     def _tick(self) -> None:
         now = time.monotonic()
-        if not self.braking and self.last_command_t is not None and now - self.last_command_t > self.timeout:
+        if self.watchdog.trips_now(now):
             self.sim.brake()
-            self.braking = True
-            self.brakes += 1
-            self.get_logger().warning(f"no command for {self.timeout:g} s: braking")
-        due = math.floor((now - self._t_start) / self.sim.dt) - self.steps
-        for _ in range(max(0, min(due, MAX_CATCH_UP))):
+            self.get_logger().warning(f"no command for {self.watchdog.timeout_s:g} s: braking")
+        for step in self.clock.due(now):
             self.sim.step()
-            self.steps += 1
-            if self.steps % self.odometry_every == 0:
+            if step % self.odometry_every == 0:
                 self._publish_odometry()
-            if self.steps % self.imu_every == 0:
+            if step % self.imu_every == 0:
                 self._publish_imu()
-        if due > MAX_CATCH_UP:
-            self._t_start += (due - MAX_CATCH_UP) * self.sim.dt
 
     def _publish_odometry(self) -> None:
         s, m = self.sim.state(), self._odom
@@ -151,13 +139,13 @@ class CarBridge(Node):
         self._imu_pub.publish(m)
 
     def diagnostics(self) -> dict[str, float | int | str]:
-        wall = time.monotonic() - self._t_start
+        wall = self.clock.elapsed()
         return {
             "sim_time_s": self.sim.time,
             "real_time_factor": self.sim.time / wall if wall > 0 else 0.0,
             "commands": self.commands,
             "rejected_commands": self.rejected,
-            "brakes": self.brakes,
+            "brakes": self.watchdog.trips,
             "resets": self.resets,
             "wall_contact_steps": self.sim.collisions,
             "camera_frames": self._camera.frames if self._camera is not None else 0,
@@ -170,10 +158,10 @@ class CarBridge(Node):
 
     def _publish_diagnostics(self) -> None:
         status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if self.braking else DiagnosticStatus.OK,
+            level=DiagnosticStatus.WARN if self.watchdog.tripped else DiagnosticStatus.OK,
             name=f"{self.get_name()}: sim car",
             hardware_id="reflexlab-car (sim)",
-            message="braking: no commands" if self.braking else "running",
+            message="braking: no commands" if self.watchdog.tripped else "running",
             values=[
                 KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
                 for k, v in self.diagnostics().items()

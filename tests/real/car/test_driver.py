@@ -4,49 +4,24 @@ protocol: Twist in, RPM and servo out, wheel odometry back, and the watchdog's b
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
 from geometry_msgs.msg import Twist
-from nav_msgs.msg import Odometry
-from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from real.car import vesc
 from real.car.config import DEFAULT_PATH, CarConfigError, load_car_config
 from real.car.driver import CarDriverNode
-from reflexlab.ros.common import spin, state_qos, wait_until
+from reflexlab.ros.common import wait_until
+from tests.sim.ros.test_car_bridge import Driver, run_for
 
 CONFIG = load_car_config("car")
 
 
-class Pilot(Node):
-    """Sends Twist commands at 20 Hz while ``driving`` and keeps the odometry."""
-
-    def __init__(self) -> None:
-        super().__init__("pilot")
-        self.pub = self.create_publisher(Twist, CONFIG.topics.command, state_qos(best_effort=False))
-        self.odometry: list[Odometry] = []
-        self.create_subscription(Odometry, CONFIG.topics.odometry, self.odometry.append, state_qos(best_effort=False))
-        self.speed, self.yaw_rate, self.driving = 0.0, 0.0, False
-        self.create_timer(0.05, self._send)
-
-    def _send(self) -> None:
-        if self.driving:
-            msg = Twist()
-            msg.linear.x, msg.angular.z = self.speed, self.yaw_rate
-            self.pub.publish(msg)
-
-
-def run_for(nodes: list[Node], seconds: float) -> None:
-    t0 = time.monotonic()
-    spin(nodes, until=lambda: time.monotonic() - t0 >= seconds)
-
-
 def test_the_driver_drives_the_vesc_reports_odometry_and_brakes_on_silence(ros) -> None:
     node = CarDriverNode(parameter_overrides=[Parameter("port", value="synthetic")])
-    pilot = Pilot()
+    pilot = Driver()  # the car bridge test's: Twist at 20 Hz, odometry kept
     nodes = [node, pilot]
     device = node.synthetic
     try:

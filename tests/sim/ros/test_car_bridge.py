@@ -78,7 +78,7 @@ def test_the_car_bridge_drives_brakes_and_resets(ros) -> None:
         assert bridge.diagnostics()["real_time_factor"] > 0.8
         driver.driving = False  # commands stop: the watchdog brakes within its timeout
         run_for(nodes, 0.3 + 0.5)
-        assert bridge.braking and bridge.brakes == 1
+        assert bridge.watchdog.tripped and bridge.watchdog.trips == 1
         assert abs(driver.odometry[-1].twist.twist.linear.x) < 0.05
         driver.reset_pub.publish(Int64(data=4))
         wait_until(nodes, lambda: driver.resets == [4], "the reset's echo")
