@@ -17,22 +17,17 @@ Run it as ``reflexlab sim-bridge --task panda-push-t`` or ``ros2 run reflexlab a
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
-from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
-from std_msgs.msg import Int64
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from reflexlab.ros.common import node_main, run_node, state_qos
 from reflexlab.ros.topics import ArmTopics
 from sim.registry import get_task, sim_as_real_tasks
-from sim.ros.scene_camera import SceneCamera
-from sim.ros.wall_clock import CommandWatchdog, WallClock
+from sim.ros.realtime_bridge import RealtimeBridge
 
 PARAMETERS: dict[str, object] = {
     "task": "panda-push-t",
@@ -47,11 +42,12 @@ PARAMETERS: dict[str, object] = {
 }
 CAMERA = "side"
 CAMERA_TOPIC = "/camera/color/image_raw"  # where camera_node (RealSense) publishes on the robot
-MAX_CATCH_UP = 10  # physics steps per tick before simulated time is allowed to slip
 
 
-class ArmBridge(Node):
+class ArmBridge(RealtimeBridge):
     """Steps a task's real-time scene (`TaskEntry.realtime`, e.g. `RealtimePushT`) and speaks `ArmTopics`."""
+
+    kind, hardware_id, silence = "sim arm", "franka-panda (sim)", "holding: no targets"
 
     def __init__(self, node_name: str = "arm_bridge", topics: ArmTopics | None = None, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
@@ -70,33 +66,21 @@ class ArmBridge(Node):
         self._tracker_pubs = {
             n: self.create_publisher(PoseStamped, t.objects[n], qos) for n in self.sim.tracked_objects
         }
-        self._reset_done_pub = self.create_publisher(Int64, t.sim_reset_done, 10)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(PoseStamped, t.ee_target, self._on_target, qos)
-        self.create_subscription(Int64, t.sim_reset, self._on_reset, 10)
         self._js = JointState(name=list(self.sim.joint_names))
         self._ee = PoseStamped()
         self._tracked = {name: PoseStamped() for name in self.sim.tracked_objects}
         for msg in (self._ee, *self._tracked.values()):
             msg.header.frame_id = "base"
-        self.targets = self.rejected = self.resets = 0
-        self.clock = WallClock(self.sim.dt, MAX_CATCH_UP)
-        self.watchdog = CommandWatchdog(float(p["command_timeout_s"]))
-        self._camera: SceneCamera | None = None
+        self.targets = self.rejected = 0
+        camera = None
         if float(p["camera_rate_hz"]) > 0:
             pub = self.create_publisher(Image, CAMERA_TOPIC, qos)
-            self._camera = SceneCamera(
-                self,
-                self.sim.model,
-                self.sim.data,
-                pub,
-                float(p["camera_rate_hz"]),
-                (int(p["camera_height"]), int(p["camera_width"])),
-                CAMERA,
-                "camera_color_optical_frame",
-            )
-        self.create_timer(self.sim.dt, self._tick)
-        self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
+            size = (int(p["camera_height"]), int(p["camera_width"]))
+            camera = (pub, float(p["camera_rate_hz"]), size, CAMERA, "camera_color_optical_frame")
+        self._start_bridge(
+            float(p["command_timeout_s"]), t.sim_reset, t.sim_reset_done, float(p["diagnostics_period_s"]), camera
+        )
         self.get_logger().info(
             f"{p['task']}: physics {1 / self.sim.dt:g} Hz, arm state every {self.publish_every} step(s) on "
             f"{t.joint_states} + {t.ee_pose}, tracker on {', '.join(t.objects[n] for n in self.sim.tracked_objects)}, "
@@ -114,24 +98,16 @@ class ArmBridge(Node):
         self.targets += 1
         self.watchdog.fed()
 
-    def _on_reset(self, msg: Int64) -> None:
-        self.sim.reset(int(msg.data))
-        self.resets += 1
-        self.clock.restart()
-        self.watchdog.reset()
-        self._publish_state(tracker=True)
-        self._reset_done_pub.publish(msg)
+    def _on_silence(self) -> None:
+        self.sim.hold()
 
-    def _tick(self) -> None:
-        now = time.monotonic()
-        if self.watchdog.trips_now(now):
-            self.sim.hold()
-            self.get_logger().warning(f"no target for {self.watchdog.timeout_s:g} s: holding")
-        for step in self.clock.due(now):
-            self.sim.step()
-            tracker = step % self.tracker_every == 0
-            if tracker or step % self.publish_every == 0:
-                self._publish_state(tracker)
+    def _after_reset(self) -> None:
+        self._publish_state(tracker=True)
+
+    def _after_step(self, step: int) -> None:
+        tracker = step % self.tracker_every == 0
+        if tracker or step % self.publish_every == 0:
+            self._publish_state(tracker)
 
     def _publish_state(self, tracker: bool) -> None:
         s = self.sim.state()
@@ -150,36 +126,14 @@ class ArmBridge(Node):
                 self._tracker_pubs[name].publish(msg)
 
     def diagnostics(self) -> dict[str, float | int | str]:
-        wall = self.clock.elapsed()
         return {
-            "sim_time_s": self.sim.time,
-            "real_time_factor": self.sim.time / wall if wall > 0 else 0.0,
+            **super().diagnostics(),
             "targets": self.targets,
             "rejected_targets": self.rejected,
             "clipped_targets": self.sim.clipped_targets,
             "holds": self.watchdog.trips,
-            "resets": self.resets,
             **self.sim.diagnostics(),
-            "camera_frames": self._camera.frames if self._camera is not None else 0,
         }
-
-    def destroy_node(self) -> None:
-        if self._camera is not None:
-            self._camera.close()
-        super().destroy_node()
-
-    def _publish_diagnostics(self) -> None:
-        d = self.diagnostics()
-        status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if self.watchdog.tripped else DiagnosticStatus.OK,
-            name=f"{self.get_name()}: sim arm",
-            hardware_id="franka-panda (sim)",
-            message="holding: no targets" if self.watchdog.tripped else "running",
-            values=[KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()],
-        )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
 
 
 def _set_pose(msg: PoseStamped, position: np.ndarray, quat_wxyz: np.ndarray) -> None:

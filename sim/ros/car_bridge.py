@@ -13,22 +13,18 @@ Run it as ``reflexlab sim-bridge --task car-race`` or ``ros2 run reflexlab car_b
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
-from rclpy.node import Node
 from sensor_msgs.msg import Image, Imu
-from std_msgs.msg import Int64
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from reflexlab.ros.common import node_main, run_node, state_qos
 from reflexlab.ros.topics import CarTopics
 from reflexlab.tasks.car_race.config import TEST_COURSE
 from reflexlab.tasks.car_race.constants import CAMERA
-from sim.ros.wall_clock import CommandWatchdog, WallClock
+from sim.ros.realtime_bridge import RealtimeBridge
 from sim.tasks.car_race.realtime import RealtimeCarRace
 
 PARAMETERS: dict[str, object] = {
@@ -42,11 +38,12 @@ PARAMETERS: dict[str, object] = {
     "command_timeout_s": 0.3,  # no command for this long: brake (the driver's watchdog)
     "diagnostics_period_s": 1.0,
 }
-MAX_CATCH_UP = 10  # physics steps per tick before simulated time is allowed to slip
 
 
-class CarBridge(Node):
+class CarBridge(RealtimeBridge):
     """Steps `RealtimeCarRace` on the wall clock and speaks `CarTopics`."""
+
+    kind, hardware_id, silence = "sim car", "reflexlab-car (sim)", "braking: no commands"
 
     def __init__(self, node_name: str = "car_bridge", topics: CarTopics | None = None, **kwargs: Any) -> None:
         super().__init__(node_name, **kwargs)
@@ -61,28 +58,20 @@ class CarBridge(Node):
         qos = state_qos(best_effort=False)
         self._odom_pub = self.create_publisher(Odometry, t.odometry, qos)
         self._imu_pub = self.create_publisher(Imu, t.imu, qos)
-        self._reset_done_pub = self.create_publisher(Int64, t.sim_reset_done, 10)
-        self._diag_pub = self.create_publisher(DiagnosticArray, "/diagnostics", 10)
         self.create_subscription(Twist, t.command, self._on_command, qos)
-        self.create_subscription(Int64, t.sim_reset, self._on_reset, 10)
         self._odom = Odometry()
         self._odom.header.frame_id, self._odom.child_frame_id = "odom", "base_link"
         self._imu = Imu()
         self._imu.header.frame_id = "imu_link"
-        self.commands = self.rejected = self.resets = 0
-        self.clock = WallClock(self.sim.dt, MAX_CATCH_UP)
-        self.watchdog = CommandWatchdog(float(p["command_timeout_s"]))
-        self._camera = None
+        self.commands = self.rejected = 0
+        camera = None
         if float(p["camera_rate_hz"]) > 0:
-            from sim.ros.scene_camera import SceneCamera
-
             pub = self.create_publisher(Image, t.image, qos)
             size = (int(p["camera_height"]), int(p["camera_width"]))
-            self._camera = SceneCamera(
-                self, self.sim.model, self.sim.data, pub, float(p["camera_rate_hz"]), size, CAMERA, "camera_link"
-            )
-        self.create_timer(self.sim.dt, self._tick)
-        self.create_timer(float(p["diagnostics_period_s"]), self._publish_diagnostics)
+            camera = (pub, float(p["camera_rate_hz"]), size, CAMERA, "camera_link")
+        self._start_bridge(
+            float(p["command_timeout_s"]), t.sim_reset, t.sim_reset_done, float(p["diagnostics_period_s"]), camera
+        )
         self.get_logger().info(
             f"car-race course {self.sim.course.seed if self.sim.course else '?'}: physics {1 / self.sim.dt:g} Hz, "
             f"odometry on {t.odometry}, IMU on {t.imu}, camera on {t.image}, commands on {t.command}"
@@ -98,25 +87,17 @@ class CarBridge(Node):
         self.commands += 1
         self.watchdog.fed()
 
-    def _on_reset(self, msg: Int64) -> None:
-        self.sim.reset(int(msg.data))
-        self.resets += 1
-        self.clock.restart()
-        self.watchdog.reset()
-        self._publish_odometry()
-        self._reset_done_pub.publish(msg)
+    def _on_silence(self) -> None:
+        self.sim.brake()
 
-    def _tick(self) -> None:
-        now = time.monotonic()
-        if self.watchdog.trips_now(now):
-            self.sim.brake()
-            self.get_logger().warning(f"no command for {self.watchdog.timeout_s:g} s: braking")
-        for step in self.clock.due(now):
-            self.sim.step()
-            if step % self.odometry_every == 0:
-                self._publish_odometry()
-            if step % self.imu_every == 0:
-                self._publish_imu()
+    def _after_reset(self) -> None:
+        self._publish_odometry()
+
+    def _after_step(self, step: int) -> None:
+        if step % self.odometry_every == 0:
+            self._publish_odometry()
+        if step % self.imu_every == 0:
+            self._publish_imu()
 
     def _publish_odometry(self) -> None:
         s, m = self.sim.state(), self._odom
@@ -139,37 +120,13 @@ class CarBridge(Node):
         self._imu_pub.publish(m)
 
     def diagnostics(self) -> dict[str, float | int | str]:
-        wall = self.clock.elapsed()
         return {
-            "sim_time_s": self.sim.time,
-            "real_time_factor": self.sim.time / wall if wall > 0 else 0.0,
+            **super().diagnostics(),
             "commands": self.commands,
             "rejected_commands": self.rejected,
             "brakes": self.watchdog.trips,
-            "resets": self.resets,
             "wall_contact_steps": self.sim.collisions,
-            "camera_frames": self._camera.frames if self._camera is not None else 0,
         }
-
-    def destroy_node(self) -> None:
-        if self._camera is not None:
-            self._camera.close()
-        super().destroy_node()
-
-    def _publish_diagnostics(self) -> None:
-        status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if self.watchdog.tripped else DiagnosticStatus.OK,
-            name=f"{self.get_name()}: sim car",
-            hardware_id="reflexlab-car (sim)",
-            message="braking: no commands" if self.watchdog.tripped else "running",
-            values=[
-                KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
-                for k, v in self.diagnostics().items()
-            ],
-        )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
 
 
 def run(seed: int = 0, course: int = TEST_COURSE, command_timeout_s: float = 0.3, seconds: float | None = None) -> dict:
