@@ -19,7 +19,9 @@ Nobody minds the car, so it watches itself, as FastRLAP's car does:
   course instead (``reset="sim"``), for benchmarks that start every episode alike.
 
 Bad input is held, never sent: a non-finite or wrong-shaped action brakes the car for that step (reason named);
-odometry or IMU older than ``max_state_age_s`` brakes it and ends the episode, naming the topic.
+odometry or IMU older than ``max_state_age_s``, or odometry that jumps farther than the car can drive in a step
+(a driver restart, a glitch), brakes it and ends the episode, naming the topic or the jump; the next episode
+starts from the new reading.
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class CarEnv:
         self.period = 1.0 / self.spec.control_rate_hz
         self.max_steps = max(1, round(self.config.episode_time_s * self.spec.control_rate_hz))
         self._max_move = C.MAX_ACTION_RATE * self.period
+        # Twice what full speed covers in a step (a late step covers more), plus odometry's noise.
+        self._max_jump = 2 * C.MAX_SPEED * self.period + 0.1
         self._recover_next = False
         self._open = False
         self.laps: list[float] = []  # lap times (s) over the env's life
@@ -124,10 +128,12 @@ class CarEnv:
         try:
             state = self.car.state(max_age_s=self.config.max_state_age_s)
         except StaleStateError as e:
-            self.car.send(0.0, float(self._applied[1]))  # brake; the driver's watchdog brakes too if we go silent
-            self._open = False
-            info.update(reason=f"stale state: {e}", source="hold")
-            return self._observe(self._state), 0.0, False, True, info
+            return self._end_braking(f"stale state: {e}", info)
+        jump = float(np.linalg.norm(state.position - self._state.position))
+        if jump > self._max_jump:  # farther than the car can go in a step: the odometry reset or glitched
+            return self._end_braking(
+                f"odometry jump: {jump:.2f} m in one step (the car covers at most {self._max_jump:.2f} m)", info
+            )
         self._state = state
         info["collision"] = bool(np.linalg.norm(state.acceleration) > self.config.collision_accel)
         self._positions = [*self._positions[-(C.STUCK_STEPS - 1) :], state.position]
@@ -158,6 +164,13 @@ class CarEnv:
         self._open = False
 
     # --- internals -----------------------------------------------------------------------------------------------
+    def _end_braking(self, reason: str, info: dict[str, Any]) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Brake, end the episode (truncated) naming ``reason``; the last good observation is returned again."""
+        self.car.send(0.0, float(self._applied[1]))  # the driver's watchdog brakes too if we go silent
+        self._open = False
+        info.update(reason=reason, source="hold")
+        return self._observe(self._state), 0.0, False, True, info
+
     def _observe(self, state: CarState) -> np.ndarray:
         return observation(state.speed, state.yaw_rate, state.pose, self.checkpoints[self._next], self._applied)
 

@@ -90,3 +90,18 @@ def test_bad_actions_brake_the_car_and_are_named(car: RosCar) -> None:
     assert info["source"] == "hold" and "not finite" in info["reason"] and info["action"][0] == pytest.approx(0.0)
     _, _, _, _, info = env.step(np.zeros(3))
     assert info["source"] == "hold" and "shape (3,)" in info["reason"]
+
+
+def test_an_odometry_jump_brakes_and_ends_the_episode_naming_it(car: RosCar) -> None:
+    env = CarEnv(car, COURSE.checkpoints(), CarEnvConfig(reset="sim"))
+    env.reset(seed=5)
+    for _ in range(3):
+        env.step(np.array([0.3, 0.0]))
+    starts = [np.random.default_rng(s).uniform(0.0, COURSE.length) for s in (5, 11)]
+    assert np.linalg.norm(COURSE.point(starts[0]) - COURSE.point(starts[1])) > 2.0  # seed 11 starts far away
+    car.request_sim_reset(11)  # the odometry's frame moves under the env, as a driver restart would move it
+    _, reward, terminated, truncated, info = env.step(np.array([0.3, 0.0]))
+    assert truncated and not terminated and reward == 0.0 and info["source"] == "hold"
+    assert info["reason"].startswith("odometry jump: ") and "in one step" in info["reason"], info["reason"]
+    with pytest.raises(RuntimeError, match="call reset"):
+        env.step(np.array([0.3, 0.0]))

@@ -15,7 +15,7 @@ along the course the car has come, counting only forward driving.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import mujoco
 import numpy as np
@@ -79,7 +79,7 @@ class CarRaceEnv:
         self.succeeded = np.zeros(num_envs, dtype=bool)
         self.done = np.zeros(num_envs, dtype=bool)
         self._obs = np.zeros((num_envs, self.spec.policy_obs.size), np.float32)
-        self._renderers: list[object | None] = [None] * num_envs
+        self._renderers: list[Any] = [None] * num_envs  # a sim.render.SceneRenderer per scene, once asked
 
     # --- state ---------------------------------------------------------------------------------------------------
     def pose(self) -> np.ndarray:
@@ -109,7 +109,13 @@ class CarRaceEnv:
         return np.array([s.data.qvel[self._dadr + 5] for s in self.scenes])
 
     def courses(self) -> list[Course]:
-        return [s.course for s in self.scenes]  # type: ignore[misc]
+        return [s.course for s in self._started()]
+
+    def _started(self) -> list[_Scene]:
+        """The scenes, each on its course (every method but `reset` needs one)."""
+        if any(s.course is None for s in self.scenes):
+            raise RuntimeError("car-race: reset() before anything else (a scene has no course yet)")
+        return self.scenes
 
     def checkpoint(self) -> np.ndarray:
         """(N, 2) the checkpoint each car is driving to."""
@@ -120,7 +126,7 @@ class CarRaceEnv:
 
     def progress(self) -> np.ndarray:
         """(N,) the reward: the first lap's progress in [0, 1] (forward driving along the centreline)."""
-        return np.array([np.clip(s.travelled / s.course.length, 0.0, 1.0) for s in self.scenes])  # type: ignore[union-attr]
+        return np.array([np.clip(s.travelled / s.course.length, 0.0, 1.0) for s in self._started()])
 
     def hold_action(self) -> np.ndarray:
         """(N, 2) what a hold commands: throttle 0 (the wheels' speed servo brakes), the steering where it is."""
@@ -129,11 +135,11 @@ class CarRaceEnv:
     def expert_inputs(self) -> list[tuple[np.ndarray, float, Course]]:
         """What the scripted driver acts on, per scene: the true pose, the odometry speed and the course."""
         pose, speed = self.pose(), self.speed()
-        return [(pose[i], float(speed[i]), s.course) for i, s in enumerate(self.scenes)]  # type: ignore[misc]
+        return [(pose[i], float(speed[i]), s.course) for i, s in enumerate(self._started())]
 
     def environment_state(self) -> np.ndarray:
         """(N, 4) x, y, yaw and the course's seed: recorded beside demonstrations, never a policy input."""
-        return np.array([(*p, s.course.seed) for p, s in zip(self.pose(), self.scenes, strict=True)])  # type: ignore[union-attr]
+        return np.array([(*p, s.course.seed) for p, s in zip(self.pose(), self._started(), strict=True)])
 
     def lap_steps(self, i: int) -> list[int]:
         """Scene ``i``'s lap times so far, in control steps."""
@@ -147,9 +153,10 @@ class CarRaceEnv:
         chosen = range(self.num_envs) if scenes is None else [int(i) for i in scenes]
         out = np.empty((len(chosen), height, width, 3), np.uint8)
         for k, i in enumerate(chosen):
-            if self._renderers[i] is None:  # each scene has its own model (its own walls)
-                self._renderers[i] = SceneRenderer(self.scenes[i].model)
-            out[k] = self._renderers[i].render([self.scenes[i].data], camera, height, width)[0]  # type: ignore[union-attr]
+            renderer = self._renderers[i]
+            if renderer is None:  # each scene has its own model (its own walls)
+                renderer = self._renderers[i] = SceneRenderer(self.scenes[i].model)
+            out[k] = renderer.render([self.scenes[i].data], camera, height, width)[0]
         return out
 
     def episode_metrics(self) -> dict[str, np.ndarray]:
