@@ -16,7 +16,8 @@ Nobody minds the car, so it watches itself, as FastRLAP's car does:
 * **stuck**: its last ``STUCK_STEPS`` positions within ``STUCK_RADIUS``, which ends the episode (truncated);
 * **recovery**: the next `reset` then backs the car away (reverse at ``recovery_throttle`` with a random steering
   angle for ``recovery_s``, then brakes) instead of waiting for a person. sim-as-real can put the car back on the
-  course instead (``reset="sim"``), for benchmarks that start every episode alike.
+  course instead (``reset="sim"``), for benchmarks that start every episode alike. Any other reset lets the car
+  drive on: a lap's end is the next lap's start, and the rate limit carries over from the last command.
 
 Bad input is held, never sent: a non-finite or wrong-shaped action brakes the car for that step (reason named);
 odometry or IMU older than ``max_state_age_s``, or odometry that jumps farther than the car can drive in a step
@@ -76,6 +77,7 @@ class CarEnv:
         self._max_jump = 2 * C.MAX_SPEED * self.period + 0.1
         self._recover_next = False
         self._open = False
+        self._applied = np.zeros(2)  # the last command sent (throttle, steering), rate-limited
         self.laps: list[float] = []  # lap times (s) over the env's life
 
     # --- episodes ------------------------------------------------------------------------------------------------
@@ -86,10 +88,11 @@ class CarEnv:
             self.car.request_sim_reset(seed)
         elif self._recover_next:
             self._recover(rng)
+        if self.config.reset == "sim" or self._recover_next:
+            self._applied = np.zeros(2)  # the car is at rest; otherwise it drives on under the last command
         self._recover_next = False
         state = self.car.wait_for_state()
         self._next = self._checkpoint_ahead(state)
-        self._applied = np.zeros(2)
         self._positions = [state.position]
         self._state = state
         self.steps = 0

@@ -63,6 +63,10 @@ def test_the_car_drives_through_its_checkpoints_sim_as_real(car: RosCar) -> None
     assert len(reached) >= 2 and np.all(np.diff(reached) == 1), reached  # in order
     assert np.mean(rewards[10:]) > 1.0, "it drives towards its checkpoints"
     assert info["reason"] == "time limit (6 s)"
+    env.config = CarEnvConfig(reset="recover")  # nothing went wrong: the next episode starts on the move
+    obs, _ = env.reset(seed=3)
+    np.testing.assert_allclose(obs[5:7], info["action"], atol=1e-6)  # the rate limit goes on from the last command
+    assert obs[0] > 1.0
 
 
 def test_a_crashed_car_feels_the_wall_gets_stuck_and_backs_out_by_itself(car: RosCar) -> None:
