@@ -326,9 +326,14 @@ class PolicyController:
 
     @staticmethod
     def _check_stamp(last: _Stamped | None, stamp_ns: int, what: str) -> None:
-        if last is None:
-            return
-        if stamp_ns == last.stamp_ns:
-            raise StateRejected("duplicate_stamp", f"{what} repeats stamp {stamp_ns} ns")
-        if stamp_ns < last.stamp_ns:
-            raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last.stamp_ns})")
+        check_stamp(None if last is None else last.stamp_ns, stamp_ns, what)
+
+
+def check_stamp(last_ns: int | None, stamp_ns: int, what: str) -> None:
+    """Refuse a message whose stamp repeats or precedes the last one taken (``last_ns``; None before the first)."""
+    if last_ns is None:
+        return
+    if stamp_ns == last_ns:
+        raise StateRejected("duplicate_stamp", f"{what} repeats stamp {stamp_ns} ns")
+    if stamp_ns < last_ns:
+        raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last_ns})")

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from reflexlab.config import ConfigError, load_yaml
+from reflexlab.robot import CameraConfig
 from reflexlab.ros.topics import CarTopics
 from reflexlab.tasks.car_race import constants as C
 
@@ -38,6 +39,8 @@ class CarSafety:
     """What the driver enforces whatever it is told."""
 
     command_timeout_s: float = 0.3  # no command for this long: brake
+    max_state_age_s: float = 0.25  # a policy node brakes when odometry or the IMU is older than this
+    max_frame_age_s: float = 0.25  # ... or a camera its policy reads (2.5 frames at 10 Hz)
     max_speed: float = C.MAX_SPEED  # m/s, both ways
     max_steer: float = C.MAX_STEER  # rad
 
@@ -52,6 +55,10 @@ class CarFile:
     vesc: VescConfig = field(default_factory=VescConfig)
     safety: CarSafety = field(default_factory=CarSafety)
     topics: CarTopics = field(default_factory=CarTopics)
+    # The cameras a policy may read, by the name its Spec gives them (the policy node checks frames against them).
+    cameras: dict[str, CameraConfig] = field(
+        default_factory=lambda: {C.CAMERA: CameraConfig(CarTopics().image, width=64, height=64)}
+    )
 
     def __post_init__(self) -> None:
         for key, value in (
@@ -61,6 +68,8 @@ class CarFile:
             ("safety.command_timeout_s", self.safety.command_timeout_s),
             ("safety.max_speed", self.safety.max_speed),
             ("safety.max_steer", self.safety.max_steer),
+            ("safety.max_state_age_s", self.safety.max_state_age_s),
+            ("safety.max_frame_age_s", self.safety.max_frame_age_s),
         ):
             if not value > 0:
                 raise ValueError(f"{key} must be positive, got {value}")

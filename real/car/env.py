@@ -37,6 +37,7 @@ from real.car.ros_car import CarState, RosCar
 from real.env import NON_FINITE_ACTION
 from real.ros_client import StaleStateError
 from reflexlab.tasks.car_race import constants as C
+from reflexlab.tasks.car_race.course import CheckpointTracker
 from reflexlab.tasks.car_race.spec import goal_in_car_frame, make_spec, observation
 
 
@@ -65,10 +66,9 @@ class CarEnv:
 
     def __init__(self, car: RosCar, checkpoints: np.ndarray, config: CarEnvConfig | None = None) -> None:
         self.car = car
-        self.checkpoints = np.asarray(checkpoints, np.float64)
-        if self.checkpoints.ndim != 2 or self.checkpoints.shape[1] != 2 or len(self.checkpoints) < 3:
-            raise ValueError(f"checkpoints are (K >= 3, 2) positions, got shape {self.checkpoints.shape}")
         self.config = config or CarEnvConfig()
+        self.tracker = CheckpointTracker(checkpoints, self.config.checkpoint_radius)
+        self.checkpoints = self.tracker.points
         self.spec = make_spec()
         self.period = 1.0 / self.spec.control_rate_hz
         self.max_steps = max(1, round(self.config.episode_time_s * self.spec.control_rate_hz))
@@ -92,7 +92,7 @@ class CarEnv:
             self._applied = np.zeros(2)  # the car is at rest; otherwise it drives on under the last command
         self._recover_next = False
         state = self.car.wait_for_state()
-        self._next = self._checkpoint_ahead(state)
+        self.tracker.start(state.pose)
         self._positions = [state.position]
         self._state = state
         self.steps = 0
@@ -141,16 +141,14 @@ class CarEnv:
         info["collision"] = bool(np.linalg.norm(state.acceleration) > self.config.collision_accel)
         self._positions = [*self._positions[-(C.STUCK_STEPS - 1) :], state.position]
         info["stuck"] = stuck = self._stuck()
-        if np.linalg.norm(self.checkpoints[self._next] - state.position) <= self.config.checkpoint_radius:
-            info["checkpoint"] = self._next
-            self._next += 1
-            if self._next == len(self.checkpoints):
-                now = time.monotonic()
-                info["lap_time_s"] = now - self._lap_start
-                self.laps.append(info["lap_time_s"])
-                self._lap_start, self._next = now, 0
-                info["success"] = True
-        direction, _ = goal_in_car_frame(state.pose, self.checkpoints[self._next])
+        info["checkpoint"], lap = self.tracker.update(state.position)
+        if lap:
+            now = time.monotonic()
+            info["lap_time_s"] = now - self._lap_start
+            self.laps.append(info["lap_time_s"])
+            self._lap_start = now
+            info["success"] = True
+        direction, _ = goal_in_car_frame(state.pose, self.tracker.goal)
         reward = float(state.speed * direction[0])  # speed towards the next checkpoint
         terminated = bool(info["success"])
         truncated = not terminated and (stuck or self.steps >= self.max_steps)
@@ -175,14 +173,7 @@ class CarEnv:
         return self._observe(self._state), 0.0, False, True, info
 
     def _observe(self, state: CarState) -> np.ndarray:
-        return observation(state.speed, state.yaw_rate, state.pose, self.checkpoints[self._next], self._applied)
-
-    def _checkpoint_ahead(self, state: CarState) -> int:
-        """The nearest checkpoint, or the one after it when the nearest is behind the car."""
-        k = int(np.argmin(np.linalg.norm(self.checkpoints - state.position, axis=1)))
-        direction, dist = goal_in_car_frame(state.pose, self.checkpoints[k])
-        behind = direction[0] < 0 or dist <= self.config.checkpoint_radius
-        return (k + 1) % len(self.checkpoints) if behind else k
+        return observation(state.speed, state.yaw_rate, state.pose, self.tracker.goal, self._applied)
 
     def _stuck(self) -> bool:
         if len(self._positions) < C.STUCK_STEPS:

@@ -14,7 +14,7 @@ import numpy as np
 from real.ros_arm import yaw_of
 from real.ros_client import RosClient
 from reflexlab.ros.topics import CarTopics
-from reflexlab.tasks.car_race import constants as C
+from reflexlab.tasks.car_race.spec import twist_of
 
 
 @dataclass(frozen=True)
@@ -82,14 +82,11 @@ class RosCar(RosClient):
         )
 
     def send(self, throttle: float, steering: float) -> None:
-        """Command the car in the task's units (both in [−1, 1]) as a Twist: speed throttle · ``MAX_SPEED``, and the
-        yaw rate that steering angle gives at that speed, v tan(steering · ``MAX_STEER``) / wheelbase."""
+        """Command the car in the task's units (both in [−1, 1]) as a Twist (`car_race.spec.twist_of`)."""
         if not (np.isfinite(throttle) and np.isfinite(steering)):
             raise ValueError(f"non-finite command: throttle {throttle}, steering {steering}")
-        speed = float(throttle) * C.MAX_SPEED
         msg = self._command
-        msg.linear.x = speed
-        msg.angular.z = speed * float(np.tan(float(steering) * C.MAX_STEER)) / C.WHEELBASE
+        msg.linear.x, msg.angular.z = twist_of(throttle, steering)
         self._command_pub.publish(msg)
 
     def __enter__(self) -> RosCar:

@@ -102,3 +102,39 @@ def camera_robot(tmp_path_factory: pytest.TempPathFactory) -> RobotConfig:
     text = resolve_robot_config("quadruped").read_text()
     path.write_text(text + f"cameras:\n  front: {{topic: {CAMERA_TOPIC}, width: {w}, height: {h}}}\n")
     return RobotConfig.load(path)
+
+
+# A car-race camera policy: the task's interface with a 32×32 "front" camera, 4-action chunks, 2 executed.
+CAR_SPEC = dataclasses.replace(
+    get_task("car-race").spec(),
+    action_chunk=4,
+    execution_horizon=2,
+    observation_horizon=2,
+    images=(ImageInput("front", 32, 32),),
+)
+
+
+class TinyCarPolicy(nn.Module):
+    """throttle = 0.3 + 0.4 (newest frame's mean / 255 − 0.5); steering = 0.5 tanh(W · scaled history); + 0.01 noise."""
+
+    def __init__(self, spec: Spec) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = nn.Linear(spec.observation_horizon * spec.policy_obs.size, 1)
+        self.register_buffer("scales", torch.tensor(spec.policy_obs.scales()))
+        self.horizon = spec.action_chunk
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor, image: torch.Tensor) -> torch.Tensor:
+        bright = image[:, -1].float().mean(dim=(1, 2, 3)) / 255.0 - 0.5
+        throttle = (0.3 + 0.4 * bright)[:, None, None].expand(-1, self.horizon, 1)
+        steering = 0.5 * torch.tanh(self.net((obs * self.scales).flatten(1)))[:, None, :].expand(-1, self.horizon, 1)
+        return torch.cat([throttle, steering], dim=-1) + 0.01 * noise
+
+
+@pytest.fixture(scope="session")
+def car_policy(tmp_path_factory: pytest.TempPathFactory) -> Generator:
+    module = TinyCarPolicy(CAR_SPEC).eval()
+    path = tmp_path_factory.mktemp("car_policy") / "car_policy.onnx"
+    facts = dataclasses.replace(TINY_FACTS, output="throttle from the newest frame's brightness, steering from obs")
+    export_generator(module, CAR_SPEC, path, {"checkpoint_sha256": "0" * 64, "teacher": "none (test)"}, facts)
+    return Generator(path, module, CAR_SPEC)

@@ -52,7 +52,7 @@ def test_the_car_drives_through_its_checkpoints_sim_as_real(car: RosCar) -> None
         state = env._state
         direction, dist = obs[2:4], obs[4]
         np.testing.assert_allclose(np.linalg.norm(direction), 1.0, atol=1e-5)
-        assert abs(dist - np.linalg.norm(env.checkpoints[env._next] - state.position)) < 1e-4
+        assert abs(dist - np.linalg.norm(env.tracker.goal - state.position)) < 1e-4
         action = driver.act(state.pose, state.speed, COURSE).target
         obs, reward, terminated, truncated, info = env.step(action)
         assert not info["collision"] and info["source"] == "policy"

@@ -1,4 +1,4 @@
-"""L5 experiments: `reflexlab bench sim|serve|sim2sim|distill|camera|franka|realrl`, one module and options per bench.
+"""L5 experiments: `reflexlab bench sim|serve|sim2sim|distill|camera|franka|realrl|car-serve`, one module per bench.
 
 Every `reflexlab bench …` builds all the benches' options to parse its command line, so the bench
 modules import torch, MuJoCo, rclpy and the learning code inside their functions: `bench serve`
@@ -13,6 +13,7 @@ from typing import Annotated
 import tyro
 
 from reflexlab.cli.bench.camera import CameraBench
+from reflexlab.cli.bench.car_serve import CarServeBench
 from reflexlab.cli.bench.distill import DistillBench
 from reflexlab.cli.bench.franka import FrankaBench
 from reflexlab.cli.bench.realrl import RealRlBench
@@ -28,6 +29,7 @@ Bench = (
     | Annotated[CameraBench, tyro.conf.subcommand("camera")]
     | Annotated[FrankaBench, tyro.conf.subcommand("franka")]
     | Annotated[RealRlBench, tyro.conf.subcommand("realrl")]
+    | Annotated[CarServeBench, tyro.conf.subcommand("car-serve")]
 )
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from reflexlab.tasks.car_race import constants as C
+from reflexlab.tasks.car_race.spec import goal_in_car_frame
 
 SPACING = 0.1  # m between the centreline's stored points
 
@@ -178,3 +179,35 @@ def lap_checkpoints(positions: np.ndarray, spacing: float = C.CHECKPOINT_SPACING
     points = np.stack([np.interp(cut, along, p[:, 0]), np.interp(cut, along, p[:, 1])], axis=1)
     points[-1] = p[0]  # the lap ends where it began
     return points
+
+
+class CheckpointTracker:
+    """Which checkpoint a car drives to: the next of ``points`` (in driving order, the last where a lap ends), moved
+    on when the car comes within ``radius``; the env and the policy node track the goal the same way."""
+
+    def __init__(self, points: np.ndarray, radius: float = C.CHECKPOINT_RADIUS) -> None:
+        self.points = np.asarray(points, np.float64)
+        if self.points.ndim != 2 or self.points.shape[1] != 2 or len(self.points) < 3:
+            raise ValueError(f"checkpoints are (K >= 3, 2) positions, got shape {self.points.shape}")
+        if not np.isfinite(self.points).all():
+            raise ValueError("checkpoints have non-finite positions")
+        self.radius = float(radius)
+        self.next = 0
+
+    @property
+    def goal(self) -> np.ndarray:
+        return self.points[self.next]
+
+    def start(self, pose: np.ndarray) -> None:
+        """Aim at the nearest checkpoint, or the one after it when the nearest is behind the car or reached."""
+        k = int(np.argmin(np.linalg.norm(self.points - pose[:2], axis=1)))
+        direction, dist = goal_in_car_frame(pose, self.points[k])
+        self.next = (k + 1) % len(self.points) if direction[0] < 0 or dist <= self.radius else k
+
+    def update(self, position: np.ndarray) -> tuple[int, bool]:
+        """(the checkpoint reached at ``position``, or −1; whether it completed a lap)."""
+        if np.linalg.norm(self.points[self.next] - position) > self.radius:
+            return -1, False
+        reached = self.next
+        self.next = (self.next + 1) % len(self.points)
+        return reached, reached == len(self.points) - 1

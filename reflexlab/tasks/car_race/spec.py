@@ -67,3 +67,11 @@ def observation(
     """The policy observation in the Spec's order."""
     direction, dist = goal_in_car_frame(pose, goal_xy)
     return np.concatenate([[speed, yaw_rate], direction, [dist], last_action]).astype(np.float32)
+
+
+def twist_of(throttle: float, steering: float) -> tuple[float, float]:
+    """The Twist (speed m/s, yaw rate rad/s) that asks the car for ``throttle`` and ``steering`` (both in [−1, 1]):
+    speed throttle · ``MAX_SPEED``, and the yaw rate that steering angle gives at that speed on the car's wheelbase
+    (the drivers turn it back into the angle, `reflexlab.ros.topics.CarTopics`)."""
+    speed = float(throttle) * C.MAX_SPEED
+    return speed, speed * float(np.tan(float(steering) * C.MAX_STEER)) / C.WHEELBASE
