@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
@@ -33,7 +33,7 @@ from deploy.controller import StateRejected
 from deploy.timing import LatencyWindow
 from real.car.config import load_car_config
 from real.ros_arm import yaw_of
-from reflexlab.ros.common import node_main, rgb_pixels, run_node, stamp_ns, state_qos
+from reflexlab.ros.common import diagnostics_msg, node_main, rgb_pixels, run_node, stamp_ns, state_qos
 
 PARAMETERS: dict[str, object] = {
     "model_path": "",  # the exported car policy (.onnx)
@@ -164,19 +164,9 @@ class CarPolicyNode(Node):
             level, message = DiagnosticStatus.WARN, "rejected messages"
         else:
             level, message = DiagnosticStatus.OK, "driving"
-        status = DiagnosticStatus(
-            level=level,
-            name=f"{self.get_name()}: car policy",
-            hardware_id=self.config.robot,
-            message=message,
-            values=[
-                KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
-                for k, v in self.diagnostics().items()
-            ],
+        self._diag_pub.publish(
+            diagnostics_msg(self, "car policy", self.config.robot, level, message, self.diagnostics())
         )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
 
 
 def run(model: Path, checkpoints: Path, robot: str = "car", seconds: float | None = None) -> dict:

@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Twist
 from rcl_interfaces.msg import SetParametersResult
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
@@ -43,7 +43,16 @@ from deploy.runner import load_model
 from deploy.timing import LatencyWindow, TokenBucket
 from reflexlab.chunking import ChunkConfig
 from reflexlab.robot import RobotConfig
-from reflexlab.ros.common import CommandWriter, command_msg_type, node_main, rgb_pixels, run_node, stamp_ns, state_qos
+from reflexlab.ros.common import (
+    CommandWriter,
+    command_msg_type,
+    diagnostics_msg,
+    node_main,
+    rgb_pixels,
+    run_node,
+    stamp_ns,
+    state_qos,
+)
 
 # The token bucket admits 10 % more than rate_hz: a stream at exactly rate_hz with jitter is a
 # random walk that would otherwise empty the bucket and drop states now and then.
@@ -325,26 +334,22 @@ class PolicyNode(LifecycleNode):
     def _publish_diagnostics(self) -> None:
         d = self.diagnostics()
         self._window = (time.monotonic(), self.steps)
-        status = DiagnosticStatus(name=f"{self.get_name()}: policy", hardware_id=self.robot.robot)
         stale = d.get("state_age_ms", float("inf")) > self.ctl.stale_after_s * 1e3
         blind = self.ctl.stale_cameras(time.monotonic())
         if not self._active:
-            status.level, status.message = DiagnosticStatus.OK, "inactive"
+            level, message = DiagnosticStatus.OK, "inactive"
         elif stale:
-            status.level, status.message = DiagnosticStatus.ERROR, "robot state stale: holding"
+            level, message = DiagnosticStatus.ERROR, "robot state stale: holding"
         elif blind:
-            status.level, status.message = DiagnosticStatus.ERROR, f"camera {', '.join(blind)} stale: holding"
+            level, message = DiagnosticStatus.ERROR, f"camera {', '.join(blind)} stale: holding"
         elif d["deadline_misses"] or sum(v for k, v in d.items() if k.startswith(_WARN_COUNTERS)):
-            status.level, status.message = (
+            level, message = (
                 DiagnosticStatus.WARN,
                 "deadline misses, interventions, rejected messages or chunk failures",
             )
         else:
-            status.level, status.message = DiagnosticStatus.OK, "serving"
-        status.values = [KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()]
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
+            level, message = DiagnosticStatus.OK, "serving"
+        self._diag_pub.publish(diagnostics_msg(self, "policy", self.robot.robot, level, message, d))
 
 
 def autostart(node: PolicyNode) -> bool:

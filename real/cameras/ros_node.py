@@ -16,14 +16,14 @@ import array
 from pathlib import Path
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from rclpy.qos import HistoryPolicy, QoSProfile, ReliabilityPolicy
 from sensor_msgs.msg import CameraInfo, Image
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from real.cameras.realsense import CameraError, Frame, Intrinsics, RealSenseCamera, RealSenseConfig
-from reflexlab.ros.common import node_main
+from reflexlab.ros.common import diagnostics_msg, node_main
 
 PARAMETERS: dict[str, object] = {
     "serial": "",  # live camera by serial; empty: the first connected
@@ -110,15 +110,9 @@ class CameraNode(Node):
     def _publish_diagnostics(self) -> None:
         stats = vars(self.camera.stats)
         bad = stats["frames_dropped"] or stats["timestamps_backwards"] or self.camera.error
-        status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if bad else DiagnosticStatus.OK,
-            name=f"{self.get_name()}: RealSense {self.camera.serial}",
-            message=str(self.camera.error) if self.camera.error else ("frames lost or refused" if bad else "ok"),
-            values=[KeyValue(key=k, value=str(v)) for k, v in stats.items()],
-        )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self.diag_pub.publish(msg)
+        level = DiagnosticStatus.WARN if bad else DiagnosticStatus.OK
+        message = str(self.camera.error) if self.camera.error else ("frames lost or refused" if bad else "ok")
+        self.diag_pub.publish(diagnostics_msg(self, f"RealSense {self.camera.serial}", "", level, message, stats))
 
     def destroy_node(self) -> None:
         self.camera.close()  # stop publishing from the camera thread before the publishers go

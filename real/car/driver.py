@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 import numpy as np
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Twist
 from nav_msgs.msg import Odometry
 from rclpy.node import Node
@@ -28,7 +28,7 @@ from rclpy.node import Node
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from real.car import vesc
 from real.car.config import load_car_config
-from reflexlab.ros.common import node_main, run_node, state_qos
+from reflexlab.ros.common import diagnostics_msg, node_main, run_node, state_qos
 
 PARAMETERS: dict[str, object] = {
     "robot_config": "car",  # a car config YAML path, or a name in config/robots
@@ -146,16 +146,7 @@ class CarDriverNode(Node):
             level, message = DiagnosticStatus.WARN, "braking: no commands"
         else:
             level, message = DiagnosticStatus.OK, "driving"
-        status = DiagnosticStatus(
-            level=level,
-            name=f"{self.get_name()}: car",
-            hardware_id=self.config.robot,
-            message=message,
-            values=[KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()],
-        )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
+        self._diag_pub.publish(diagnostics_msg(self, "car", self.config.robot, level, message, d))
 
     def destroy_node(self) -> None:
         self.vesc.send(vesc.brake(self.config.vesc.brake_current_a))  # stopping the driver stops the car

@@ -13,12 +13,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 import rclpy
 from builtin_interfaces.msg import Time
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.executors import ExternalShutdownException
 from rclpy.experimental import EventsExecutor
 from rclpy.node import Node
@@ -102,6 +103,22 @@ def rgb_pixels(msg: object) -> np.ndarray:
         raise ValueError(f"image of {h}x{w} {encoding} carries {data.size} bytes at row step {step}")
     pixels = data.reshape(h, step)[:, : w * 3].reshape(h, w, 3)
     return pixels[..., ::-1] if encoding == "bgr8" else pixels
+
+
+def diagnostics_msg(
+    node: Node, name: str, hardware_id: str, level: bytes, message: str, values: Mapping[str, object]
+) -> DiagnosticArray:
+    """One ``/diagnostics`` status of ``node`` ("<node>: <name>"), stamped now; floats to 6 significant digits."""
+    status = DiagnosticStatus(
+        level=level,
+        name=f"{node.get_name()}: {name}",
+        hardware_id=hardware_id,
+        message=message,
+        values=[KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in values.items()],
+    )
+    msg = DiagnosticArray(status=[status])
+    msg.header.stamp = node.get_clock().now().to_msg()
+    return msg
 
 
 def stamp_ns(stamp: Time) -> int:

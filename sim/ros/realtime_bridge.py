@@ -13,10 +13,11 @@ import math
 import time
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
+from reflexlab.ros.common import diagnostics_msg
 
 MAX_CATCH_UP = 10  # physics steps per tick before simulated time is allowed to slip
 
@@ -147,19 +148,9 @@ class RealtimeBridge(Node):
 
     def _publish_diagnostics(self) -> None:
         tripped = self.watchdog.tripped
-        status = DiagnosticStatus(
-            level=DiagnosticStatus.WARN if tripped else DiagnosticStatus.OK,
-            name=f"{self.get_name()}: {self.kind}",
-            hardware_id=self.hardware_id,
-            message=self.silence if tripped else "running",
-            values=[
-                KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v))
-                for k, v in self.diagnostics().items()
-            ],
-        )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
+        level = DiagnosticStatus.WARN if tripped else DiagnosticStatus.OK
+        message = self.silence if tripped else "running"
+        self._diag_pub.publish(diagnostics_msg(self, self.kind, self.hardware_id, level, message, self.diagnostics()))
 
     def destroy_node(self) -> None:
         if getattr(self, "_camera", None) is not None:

@@ -17,14 +17,14 @@ from typing import Any
 
 import numpy as np
 import rclpy
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.node import Node
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Imu, JointState
 
 import reflexlab.ros  # noqa: F401  (sets the ROS environment before rclpy loads)
 from reflexlab.robot import RobotConfig
-from reflexlab.ros.common import command_msg_type, node_main, read_command, run_node, state_qos
+from reflexlab.ros.common import command_msg_type, diagnostics_msg, node_main, read_command, run_node, state_qos
 from sim.ros.sim_robot import SimRobot
 
 PARAMETERS: dict[str, object] = {
@@ -179,16 +179,8 @@ class SimBridge(Node):
     def _publish_diagnostics(self) -> None:
         d = self.diagnostics()
         level = DiagnosticStatus.WARN if self.tripped or d["fallen"] else DiagnosticStatus.OK
-        status = DiagnosticStatus(
-            level=level,
-            name=f"{self.get_name()}: sim robot",
-            hardware_id=self.robot_cfg.robot,
-            message="watchdog engaged" if self.tripped else ("fallen" if d["fallen"] else "running"),
-            values=[KeyValue(key=k, value=f"{v:.6g}" if isinstance(v, float) else str(v)) for k, v in d.items()],
-        )
-        msg = DiagnosticArray(status=[status])
-        msg.header.stamp = self.get_clock().now().to_msg()
-        self._diag_pub.publish(msg)
+        message = "watchdog engaged" if self.tripped else ("fallen" if d["fallen"] else "running")
+        self._diag_pub.publish(diagnostics_msg(self, "sim robot", self.robot_cfg.robot, level, message, d))
 
 
 def run(
