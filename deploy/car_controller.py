@@ -57,7 +57,7 @@ class CarController:
         self.tracker = CheckpointTracker(checkpoints)
         self.rejected: Counter[str] = Counter()
         self.brakes: Counter[str] = Counter()
-        self.inferences = 0
+        self.policy_steps = 0  # steps the policy acted on (a chunk policy runs its network on some)
         self._max_move = C.MAX_ACTION_RATE / make_spec().control_rate_hz
         self.reset()
 
@@ -132,7 +132,7 @@ class CarController:
         yaw_rate = float(self._imu.value[0])  # type: ignore[union-attr]
         obs = observation(speed, yaw_rate, pose, self.tracker.goal, self._applied)
         action = self.actor.act(obs, {c: f.value for c, f in self._frames.items() if c in self.actor.cameras})
-        self.inferences += 1
+        self.policy_steps += 1
         if not np.isfinite(action).all():
             return self._brake("non_finite_action")
         wanted = np.clip(action, -1.0, 1.0)

@@ -147,7 +147,7 @@ class CarPolicyNode(Node):
         p50, p99, p999 = (x * 1e6 for x in self.latency.percentiles())
         return {
             "commands": self.commands,
-            "inferences": self.ctl.inferences,
+            "policy_steps": self.ctl.policy_steps,
             "frame_to_command_p50_us": p50,
             "frame_to_command_p99_us": p99,
             "frame_to_command_p999_us": p999,

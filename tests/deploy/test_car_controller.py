@@ -45,7 +45,7 @@ def test_the_policy_drives_from_its_frames_through_the_rate_limit(car_policy) ->
     np.testing.assert_allclose(np.linalg.norm(obs[2:4]), 1.0, atol=1e-6)  # the goal's unit vector
     throttle = 0.3 + 0.4 * (FrameResizer(32, 32)(frame).mean() / 255 - 0.5)  # what TinyCarPolicy makes of it
     assert commands[-1][0] == pytest.approx(twist_of(throttle, ctl._applied[1])[0], abs=0.05 * C.MAX_SPEED)
-    assert ctl.inferences == 4 and not ctl.brakes
+    assert ctl.policy_steps == 4 and not ctl.brakes
     dim = controller(car_policy)
     for k in range(4):
         feed(dim, 0.1 * k, k + 1, value=0)

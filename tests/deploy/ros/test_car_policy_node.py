@@ -88,11 +88,11 @@ def test_a_command_per_frame_and_the_brake_while_the_camera_is_stale(ros, car_po
     side = CarSide()
     nodes = [node, side]
     try:
-        wait_until(nodes, lambda: node.ctl.inferences >= 3, "the policy acting on frames")
-        n0, i0 = node.commands, node.ctl.inferences
+        wait_until(nodes, lambda: node.ctl.policy_steps >= 3, "the policy acting on frames")
+        n0, i0 = node.commands, node.ctl.policy_steps
         run_for(nodes, 1.0)
-        assert 7 <= node.ctl.inferences - i0 <= 12, "one inference per frame at 10 Hz"
-        assert node.commands - n0 == node.ctl.inferences - i0, "and one command each"
+        assert 7 <= node.ctl.policy_steps - i0 <= 12, "one policy step per frame at 10 Hz"
+        assert node.commands - n0 == node.ctl.policy_steps - i0, "and one command each"
         assert side.commands[-1][1] > 0.5, "the policy drives"
         level, _, values = status(side)
         assert level == DiagnosticStatus.OK and 0 < float(values["frame_to_command_p99_us"]) < 1e5
