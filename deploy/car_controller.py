@@ -17,24 +17,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from deploy.controller import StateRejected, check_stamp
+from deploy.controller import Stamped, StateRejected, check_stamp
 from deploy.step_actor import StepActor
 from real.car.config import CarFile
 from reflexlab.tasks.car_race import constants as C
 from reflexlab.tasks.car_race.course import CheckpointTracker
 from reflexlab.tasks.car_race.spec import make_spec, observation, twist_of
-
-
-@dataclass
-class _Stamped:
-    value: object
-    stamp_ns: int
-    t: float  # receipt time (s, monotonic)
 
 
 class CarController:
@@ -63,9 +55,9 @@ class CarController:
 
     def reset(self) -> None:
         """Forget every input and the policy's history: the next step needs fresh ones."""
-        self._odometry: _Stamped | None = None
-        self._imu: _Stamped | None = None
-        self._frames: dict[str, _Stamped] = {}
+        self._odometry: Stamped | None = None
+        self._imu: Stamped | None = None
+        self._frames: dict[str, Stamped] = {}
         self._applied = np.zeros(2)
         self._started = False
         self.actor.reset()
@@ -90,21 +82,21 @@ class CarController:
                     f"camera {camera!r} frame is {pixels.dtype} {pixels.shape}, expected uint8 RGB "
                     f"({want.height}, {want.width}, 3) as the car's config says",
                 )
-            check_stamp(_last_ns(self._frames.get(camera)), stamp_ns, f"camera {camera!r} frame")
+            check_stamp(self._frames.get(camera), stamp_ns, f"camera {camera!r} frame")
         except StateRejected as e:
             self.rejected[f"images.{camera}.{e.reason}"] += 1
             raise
-        self._frames[camera] = _Stamped(pixels, stamp_ns, t)
+        self._frames[camera] = Stamped(pixels, stamp_ns, t)
 
-    def _checked(self, what: str, value: np.ndarray, last: _Stamped | None, stamp_ns: int, t: float) -> _Stamped:
+    def _checked(self, what: str, value: np.ndarray, last: Stamped | None, stamp_ns: int, t: float) -> Stamped:
         try:
             if not np.isfinite(value).all():
                 raise StateRejected("non_finite", f"{what} has non-finite values: {value.tolist()}")
-            check_stamp(_last_ns(last), stamp_ns, what)
+            check_stamp(last, stamp_ns, what)
         except StateRejected as e:
             self.rejected[f"{what}.{e.reason}"] += 1
             raise
-        return _Stamped(value, stamp_ns, t)
+        return Stamped(value, stamp_ns, t)
 
     def ages(self, t: float) -> dict[str, float]:
         """Seconds since each input last arrived (inf before its first): odometry, imu and every camera."""
@@ -148,7 +140,3 @@ class CarController:
         s = self.config.safety
         speed, yaw_rate = twist_of(*self._applied)
         return float(np.clip(speed, -s.max_speed, s.max_speed)), yaw_rate
-
-
-def _last_ns(last: _Stamped | None) -> int | None:
-    return None if last is None else last.stamp_ns

@@ -32,6 +32,7 @@ import math
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,10 +53,13 @@ class StateRejected(ValueError):
 
 
 @dataclass
-class _Stamped:
-    value: tuple[np.ndarray, ...]
+class Stamped:
+    """A message's value as taken, its stamp and its receipt time (staleness is judged on our clock, not the
+    sender's)."""
+
+    value: Any
     stamp_ns: int
-    t: float  # receipt time (s, monotonic): staleness is judged on our clock, not the sender's
+    t: float  # receipt time (s, monotonic)
 
 
 class PolicyController:
@@ -129,9 +133,9 @@ class PolicyController:
 
     def reset(self) -> None:
         """Forget the state and disarm: the next fresh state restarts the clock and the filter."""
-        self._joints: _Stamped | None = None
-        self._imu: _Stamped | None = None
-        self._frames: dict[str, _Stamped] = {}
+        self._joints: Stamped | None = None
+        self._imu: Stamped | None = None
+        self._frames: dict[str, Stamped] = {}
         self._command = np.zeros(3)
         self._command_t = -math.inf
         self._last_action = np.zeros(self.spec.action.size, dtype=np.float32)
@@ -177,11 +181,11 @@ class PolicyController:
                 raise StateRejected(
                     "implausible_velocity", f"joint {self.robot.joint_names[j]} at {qd[j]:.3g} rad/s, beyond its limit"
                 )
-            self._check_stamp(self._joints, stamp_ns, "joint state")
+            check_stamp(self._joints, stamp_ns, "joint state")
         except StateRejected as e:
             self.rejected[f"joint_states.{e.reason}"] += 1
             raise
-        self._joints = _Stamped((q, qd), stamp_ns, t)
+        self._joints = Stamped((q, qd), stamp_ns, t)
 
     def set_imu(self, quat_xyzw: Sequence[float], gyro: Sequence[float], stamp_ns: int, t: float) -> None:
         """Take an IMU sample (orientation quaternion x, y, z, w; angular velocity in the base frame)."""
@@ -195,11 +199,11 @@ class PolicyController:
                 raise StateRejected("bad_orientation", f"IMU orientation quaternion has norm {norm:.3g}")
             if max(abs(gx), abs(gy), abs(gz)) > 50.0:
                 raise StateRejected("implausible_angular_velocity", f"IMU angular velocity ({gx}, {gy}, {gz}) rad/s")
-            self._check_stamp(self._imu, stamp_ns, "IMU sample")
+            check_stamp(self._imu, stamp_ns, "IMU sample")
         except StateRejected as e:
             self.rejected[f"imu.{e.reason}"] += 1
             raise
-        self._imu = _Stamped((projected_gravity((x, y, z, w)), np.array([gx, gy, gz])), stamp_ns, t)
+        self._imu = Stamped((projected_gravity((x, y, z, w)), np.array([gx, gy, gz])), stamp_ns, t)
 
     def set_velocity_command(self, command: np.ndarray, t: float) -> None:
         """Take a (vx, vy, yaw rate) command; clipped to the robot's command limits."""
@@ -223,11 +227,11 @@ class PolicyController:
                     f"camera {camera!r} frame is {pixels.dtype} {pixels.shape}, expected uint8 RGB "
                     f"({want.height}, {want.width}, 3) as the robot config says",
                 )
-            self._check_stamp(self._frames.get(camera), stamp_ns, f"camera {camera!r} frame")
+            check_stamp(self._frames.get(camera), stamp_ns, f"camera {camera!r} frame")
         except StateRejected as e:
             self.rejected[f"images.{camera}.{e.reason}"] += 1
             raise
-        self._frames[camera] = _Stamped((self.cameras[camera](pixels),), stamp_ns, t)
+        self._frames[camera] = Stamped((self.cameras[camera](pixels),), stamp_ns, t)
 
     def frame_ages(self, t: float) -> dict[str, float]:
         """Seconds since each camera the model reads last delivered a good frame (inf before its first)."""
@@ -324,16 +328,12 @@ class PolicyController:
         bad = ~(np.isfinite(q) & np.isfinite(qd))
         return ", ".join(n for n, b in zip(self.robot.joint_names, bad, strict=True) if b)
 
-    @staticmethod
-    def _check_stamp(last: _Stamped | None, stamp_ns: int, what: str) -> None:
-        check_stamp(None if last is None else last.stamp_ns, stamp_ns, what)
 
-
-def check_stamp(last_ns: int | None, stamp_ns: int, what: str) -> None:
-    """Refuse a message whose stamp repeats or precedes the last one taken (``last_ns``; None before the first)."""
-    if last_ns is None:
+def check_stamp(last: Stamped | None, stamp_ns: int, what: str) -> None:
+    """Refuse a message whose stamp repeats or precedes the ``last`` one taken (None before the first)."""
+    if last is None:
         return
-    if stamp_ns == last_ns:
+    if stamp_ns == last.stamp_ns:
         raise StateRejected("duplicate_stamp", f"{what} repeats stamp {stamp_ns} ns")
-    if stamp_ns < last_ns:
-        raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last_ns})")
+    if stamp_ns < last.stamp_ns:
+        raise StateRejected("out_of_order", f"{what} stamp {stamp_ns} ns is older than the last ({last.stamp_ns})")

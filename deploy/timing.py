@@ -43,6 +43,10 @@ class LatencyWindow:
         self.buf = np.zeros(max(1, size))
         self.n = 0
 
+    def clear(self) -> None:
+        """Forget every sample (e.g. the warm-up's)."""
+        self.n = 0
+
     def add(self, value: float) -> None:
         self.buf[self.n % len(self.buf)] = value
         self.n += 1

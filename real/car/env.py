@@ -68,7 +68,6 @@ class CarEnv:
         self.car = car
         self.config = config or CarEnvConfig()
         self.tracker = CheckpointTracker(checkpoints, self.config.checkpoint_radius)
-        self.checkpoints = self.tracker.points
         self.spec = make_spec()
         self.period = 1.0 / self.spec.control_rate_hz
         self.max_steps = max(1, round(self.config.episode_time_s * self.spec.control_rate_hz))

@@ -116,7 +116,7 @@ class CarBridge(RealtimeBridge):
         q.w, q.x, q.y, q.z = (float(v) for v in s.quat_wxyz)
         m.angular_velocity.z = s.yaw_rate
         a = m.linear_acceleration
-        a.x, a.y, a.z = (float(v) for v in s.acceleration)
+        a.x, a.y, a.z = (float(v) for v in self.sim.acceleration())
         self._imu_pub.publish(m)
 
     def diagnostics(self) -> dict[str, float | int | str]:

@@ -166,7 +166,7 @@ def _serve(model: Path, checkpoints: Path, course: Any, seconds: float, fps: flo
         side.create_timer(1.0 / fps, frame)
         nodes = [node, side]
         wait_until(nodes, lambda: node.ctl.policy_steps > 5, "the car policy node acting on frames", timeout_s=30.0)
-        node.latency.n = 0  # warm-up over: measure from here
+        node.latency.clear()  # warm-up over: measure from here
         t0 = time.monotonic()
         spin(nodes, until=lambda: time.monotonic() - t0 >= seconds)
         counts["commands"] = node.latency.n

@@ -23,7 +23,7 @@ STEER_MIN_SPEED = 0.05  # m/s: below this a yaw-rate command leaves the steering
 
 
 @dataclass(frozen=True)
-class CarState:
+class SimCarState:
     """What the car's sensors read (world frame for the pose; the car's frame for velocities and acceleration)."""
 
     position: np.ndarray  # x, y, z
@@ -31,7 +31,6 @@ class CarState:
     yaw: float
     velocity: np.ndarray  # forward, left (m/s)
     yaw_rate: float  # rad/s
-    acceleration: np.ndarray  # specific force, car frame (m/s², gravity included), as an IMU reads it
     wheel_speed: float  # m/s from the rear wheels' spin (what the wheel encoders give)
 
 
@@ -95,23 +94,26 @@ class RealtimeCarRace:
         )
         self.collisions += int((walls & car).any())
 
-    def state(self) -> CarState:
+    def state(self) -> SimCarState:
         d = self.data
         pos, quat = d.xpos[self._body].copy(), d.xquat[self._body].copy()
         w, x, y, z = quat
         yaw = float(np.arctan2(2 * (w * z + x * y), 1 - 2 * (y * y + z * z)))
         rot = d.xmat[self._body].reshape(3, 3)
         lin = rot.T @ d.qvel[0:3]  # the free joint's linear velocity is in the world frame
-        # Specific force: the body's linear acceleration minus gravity, in its frame (cvel-based, as a sensor).
-        acc = np.zeros(6)
-        mujoco.mj_rnePostConstraint(self.model, d)  # body accelerations (cacc), which stepping leaves out
-        mujoco.mj_objectAcceleration(self.model, d, mujoco.mjtObj.mjOBJ_BODY, self._body, acc, 1)
-        return CarState(
+        return SimCarState(
             position=pos,
             quat_wxyz=quat,
             yaw=yaw,
             velocity=lin[:2],
             yaw_rate=float(d.qvel[5]),
-            acceleration=acc[3:],
             wheel_speed=float(d.qvel[self._spin].mean() * C.WHEEL_RADIUS),
         )
+
+    def acceleration(self) -> np.ndarray:
+        """(3,) specific force in the car's frame (m/s², gravity included), as an IMU reads it. Its own call: body
+        accelerations need a pass stepping leaves out (`mj_rnePostConstraint`), which only the IMU pays for."""
+        acc = np.zeros(6)
+        mujoco.mj_rnePostConstraint(self.model, self.data)
+        mujoco.mj_objectAcceleration(self.model, self.data, mujoco.mjtObj.mjOBJ_BODY, self._body, acc, 1)
+        return acc[3:]
